@@ -1,0 +1,18 @@
+// Subcommands of the tandem CLI. Each registers its options on the app and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tandem::apps {
+
+// Registers a subcommand; the returned callback runs it and yields the process exit code.
+using Command = std::function<int()>;
+Command add_run_command(CLI::App& app);    // run, chat
+Command add_chat_command(CLI::App& app);
+Command add_logits_command(CLI::App& app);
+Command add_info_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
+
+}  // namespace tandem::apps

@@ -1,0 +1,83 @@
+#include "kernels/cpu/dot.h"
+
+#include <algorithm>
+
+#include "core/fp16.h"
+#include "kernels/cpu/dequantize.h"
+
+namespace tandem::cpu {
+
+float f32_dot_scalar(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+// The scalar twin: decode a chunk with the reference dequantizer, then a plain dot.
+float row_dot_scalar(DType type, const void* row, const float* x, int64_t n) {
+  constexpr int64_t kChunk = 256;  // a multiple of every block size
+  float buf[kChunk];
+  const int64_t block = dtype_info(static_cast<uint32_t>(type))->block_elems;
+  const int64_t bytes_per_block = dtype_info(static_cast<uint32_t>(type))->block_bytes;
+  const auto* src = static_cast<const uint8_t*>(row);
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    dequantize_row(type, src + (i / block) * bytes_per_block, buf, len);
+    for (int64_t j = 0; j < len; j++) s += buf[j] * x[i + j];
+  }
+  return s;
+}
+
+template <DType T>
+static float row_dot_scalar_t(const void* row, const float* x, int64_t n) {
+  return row_dot_scalar(T, row, x, n);
+}
+
+RowDotFn row_dot_kernel(DType type, Isa isa) {
+  if (isa == Isa::Avx2) {
+    if (RowDotFn f = row_dot_kernel_avx2(type)) return f;
+  }
+  switch (type) {
+    case DType::F32: return row_dot_scalar_t<DType::F32>;
+    case DType::F16: return row_dot_scalar_t<DType::F16>;
+    case DType::BF16: return row_dot_scalar_t<DType::BF16>;
+    case DType::Q4_0: return row_dot_scalar_t<DType::Q4_0>;
+    case DType::Q4_1: return row_dot_scalar_t<DType::Q4_1>;
+    case DType::Q8_0: return row_dot_scalar_t<DType::Q8_0>;
+    case DType::Q4_K: return row_dot_scalar_t<DType::Q4_K>;
+    case DType::Q6_K: return row_dot_scalar_t<DType::Q6_K>;
+    default: return nullptr;
+  }
+}
+
+F32DotFn f32_dot_kernel(Isa isa) { return isa == Isa::Avx2 ? f32_dot_avx2 : f32_dot_scalar; }
+
+}  // namespace tandem::cpu
+
+namespace tandem::cpu {
+
+void axpy_scalar(DType x_type, float a, const void* x, float* y, int64_t n) {
+  if (x_type == DType::F32) {
+    const auto* xf = static_cast<const float*>(x);
+    for (int64_t i = 0; i < n; i++) y[i] += a * xf[i];
+  } else {
+    const auto* xh = static_cast<const uint16_t*>(x);
+    for (int64_t i = 0; i < n; i++) y[i] += a * fp16_to_fp32(xh[i]);
+  }
+}
+
+template <DType T>
+static void axpy_scalar_t(float a, const void* x, float* y, int64_t n) {
+  axpy_scalar(T, a, x, y, n);
+}
+
+AxpyFn axpy_kernel(DType x_type, Isa isa) {
+  if (x_type != DType::F32 && x_type != DType::F16) return nullptr;
+  if (isa == Isa::Avx2) {
+    if (AxpyFn f = axpy_kernel_avx2(x_type)) return f;
+  }
+  return x_type == DType::F32 ? axpy_scalar_t<DType::F32> : axpy_scalar_t<DType::F16>;
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,48 @@
+// Fused dequantize-and-dot of one weight row with a float activation vector.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/isa.h"
+
+namespace tandem::cpu {
+
+// Returns sum_i dequant(row)[i] * x[i] over n elements (n a multiple of the block size).
+using RowDotFn = float (*)(const void* row, const float* x, int64_t n);
+
+// The kernel for a type at an ISA level; nullptr if tandem has none for the type.
+RowDotFn row_dot_kernel(DType type, Isa isa);
+
+// Dot of two float vectors (used by prefill on dequantized rows and by attention).
+using F32DotFn = float (*)(const float* a, const float* b, int64_t n);
+F32DotFn f32_dot_kernel(Isa isa);
+
+// Scalar twins, exposed for tests.
+float row_dot_scalar(DType type, const void* row, const float* x, int64_t n);
+float f32_dot_scalar(const float* a, const float* b, int64_t n);
+
+// AVX2 kernels (dot_avx2.cpp); only call when best_isa() is Avx2.
+RowDotFn row_dot_kernel_avx2(DType type);
+float f32_dot_avx2(const float* a, const float* b, int64_t n);
+
+}  // namespace tandem::cpu
+
+namespace tandem::cpu {
+
+// y[i] += a * x[i] with x stored as F32 or F16 (the KV cache's element types).
+using AxpyFn = void (*)(float a, const void* x, float* y, int64_t n);
+AxpyFn axpy_kernel(DType x_type, Isa isa);
+void axpy_scalar(DType x_type, float a, const void* x, float* y, int64_t n);
+AxpyFn axpy_kernel_avx2(DType x_type);
+
+// The kernel set a model picks once at load time for one ISA level.
+struct CpuKernels {
+  Isa isa = Isa::Scalar;
+  F32DotFn dot_f32 = nullptr;
+  static CpuKernels for_isa(Isa isa) { return {isa, f32_dot_kernel(isa)}; }
+  RowDotFn row_dot(DType t) const { return row_dot_kernel(t, isa); }
+  AxpyFn axpy(DType t) const { return axpy_kernel(t, isa); }
+};
+
+}  // namespace tandem::cpu

@@ -1,0 +1,200 @@
+// AVX2 + FMA + F16C dot kernels. This file is compiled with those flags and called only after
+// run-time detection, so it must not define or use shared inline helpers (the linker could pick
+// this AVX2 copy for scalar callers): only intrinsics, file-local functions and external calls.
+#include <cstdint>
+
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/quant_blocks.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+namespace tandem::cpu {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float half(uint16_t h) { return _cvtsh_ss(h); }
+
+// 8 unsigned bytes -> 8 floats.
+inline __m256 u8x8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+inline __m256 i8x8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)); }
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+float dot_f32_row(const void* row, const float* x, int64_t n) { return dot_f32(static_cast<const float*>(row), x, n); }
+
+float dot_f16_row(const void* row, const float* x, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i + 8)));
+    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), acc0);
+    acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; i++) s += half(h[i]) * x[i];
+  return s;
+}
+
+float dot_bf16_row(const void* row, const float* x, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))), 16);
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(w), _mm256_loadu_ps(x + i), acc);
+  }
+  float s = hsum(acc);
+  for (; i < n; i++) {
+    const __m128i w = _mm_slli_epi32(_mm_cvtsi32_si128(h[i]), 16);
+    s += _mm_cvtss_f32(_mm_castsi128_ps(w)) * x[i];
+  }
+  return s;
+}
+
+float dot_q8_0_row(const void* row, const float* x, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16));
+    __m256 s = _mm256_mul_ps(i8x8_to_ps(lo), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), s);
+    s = _mm256_fmadd_ps(i8x8_to_ps(hi), _mm256_loadu_ps(x + 16), s);
+    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d)), s, acc);
+  }
+  return hsum(acc);
+}
+
+// Sum over one 32-element block of nibble quants q (low nibbles = elements 0..15) times x,
+// plus the block's sum of x (needed by the Q4_1 offset term).
+inline __m256 nibble_block_dot(const uint8_t* qs, const float* x, __m256 bias, __m256* xsum) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(q, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+  const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+  __m256 s = _mm256_mul_ps(_mm256_add_ps(u8x8_to_ps(lo), bias), x0);
+  s = _mm256_fmadd_ps(_mm256_add_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), bias), x1, s);
+  s = _mm256_fmadd_ps(_mm256_add_ps(u8x8_to_ps(hi), bias), x2, s);
+  s = _mm256_fmadd_ps(_mm256_add_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), bias), x3, s);
+  if (xsum) *xsum = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
+  return s;
+}
+
+float dot_q4_0_row(const void* row, const float* x, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_0*>(row);
+  const __m256 minus8 = _mm256_set1_ps(-8.0f);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK)
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d)), nibble_block_dot(b[i].qs, x, minus8, nullptr), acc);
+  return hsum(acc);
+}
+
+float dot_q4_1_row(const void* row, const float* x, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_1*>(row);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
+    __m256 xs;
+    const __m256 s = nibble_block_dot(b[i].qs, x, zero, &xs);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d)), s, acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].m)), xs, accm);
+  }
+  return hsum(_mm256_add_ps(acc, accm));
+}
+
+// K-quants: decode a super-block with the reference dequantizer, then an AVX2 dot.
+template <DType T>
+float dot_kquant_row(const void* row, const float* x, int64_t n) {
+  constexpr int64_t bytes = T == DType::Q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K);
+  alignas(32) float buf[kQK_K];
+  const auto* src = static_cast<const uint8_t*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
+    dequantize_row(T, src + i * bytes, buf, kQK_K);
+    for (int j = 0; j < kQK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_load_ps(buf + j), _mm256_loadu_ps(x + j), acc);
+  }
+  return hsum(acc);
+}
+
+void axpy_f32(float a, const void* xv, float* y, int64_t n) {
+  const auto* x = static_cast<const float*>(xv);
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+void axpy_f16(float a, const void* xv, float* y, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(xv);
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xf, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; i++) y[i] += a * half(x[i]);
+}
+
+}  // namespace
+
+AxpyFn axpy_kernel_avx2(DType x_type) {
+  if (x_type == DType::F32) return axpy_f32;
+  if (x_type == DType::F16) return axpy_f16;
+  return nullptr;
+}
+
+RowDotFn row_dot_kernel_avx2(DType type) {
+  switch (type) {
+    case DType::F32: return dot_f32_row;
+    case DType::F16: return dot_f16_row;
+    case DType::BF16: return dot_bf16_row;
+    case DType::Q4_0: return dot_q4_0_row;
+    case DType::Q4_1: return dot_q4_1_row;
+    case DType::Q8_0: return dot_q8_0_row;
+    case DType::Q4_K: return dot_kquant_row<DType::Q4_K>;
+    case DType::Q6_K: return dot_kquant_row<DType::Q6_K>;
+    default: return nullptr;
+  }
+}
+
+float f32_dot_avx2(const float* a, const float* b, int64_t n) { return dot_f32(a, b, n); }
+
+}  // namespace tandem::cpu
+
+#else  // no AVX2 build: the dispatcher never selects these
+
+namespace tandem::cpu {
+RowDotFn row_dot_kernel_avx2(DType) { return nullptr; }
+AxpyFn axpy_kernel_avx2(DType) { return nullptr; }
+float f32_dot_avx2(const float* a, const float* b, int64_t n) { return f32_dot_scalar(a, b, n); }
+}  // namespace tandem::cpu
+
+#endif

@@ -1,0 +1,51 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::cpu {
+
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+  double ss = 0.0;  // double: a 4096-wide sum of squares loses digits in float
+  for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  const float scale = 1.0f / std::sqrt((float)(ss / n) + eps);
+  for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, const double* inv_freq) {
+  for (int i = 0; i < rope_dim / 2; i++) {
+    // The angle in double: pos * freq reaches thousands of radians at long contexts.
+    const double theta = (double)pos * inv_freq[i];
+    const float c = (float)std::cos(theta), s = (float)std::sin(theta);
+    for (int h = 0; h < n_heads; h++) {
+      float* v = x + h * head_dim + 2 * i;
+      const float a = v[0], b = v[1];
+      v[0] = a * c - b * s;
+      v[1] = a * s + b * c;
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  const float mx = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,57 @@
+// Byte-exact GGUF block layouts of the quantized types tandem computes with.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::cpu {
+
+constexpr int kQK = 32;    // elements per block of the legacy quant types
+constexpr int kQK_K = 256;  // elements per super-block of the K-quants
+
+#pragma pack(push, 1)
+struct BlockQ4_0 {  // x = d * (q - 8), q in 0..15
+  uint16_t d;        // fp16 scale
+  uint8_t qs[kQK / 2];  // element j in low nibble of qs[j], element j+16 in the high nibble
+};
+struct BlockQ4_1 {  // x = d * q + m
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ8_0 {  // x = d * q
+  uint16_t d;
+  int8_t qs[kQK];
+};
+struct BlockQ4_K {  // 8 sub-blocks of 32 with 6-bit scales and mins
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ6_K {  // 16 sub-blocks of 16 with 8-bit scales; 6-bit quants split in ql (4) + qh (2)
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+#pragma pack(pop)
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// static: each TU (scalar or SIMD-targeted) keeps its own copy, so the linker never mixes them.
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
+static inline void q4_k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,42 @@
+#include "kv/kv_cache.h"
+
+#include <cstring>
+#include <new>
+
+#include "core/fp16.h"
+
+namespace tandem {
+
+Result<KvCache> KvCache::create(const KvCacheShape& shape) {
+  if (shape.dtype != DType::F16 && shape.dtype != DType::F32)
+    return make_error("KV cache dtype {} is not supported (use f16 or f32)", dtype_name(shape.dtype));
+  if (shape.n_layer <= 0 || shape.n_kv_head <= 0 || shape.head_dim <= 0 || shape.max_tokens <= 0)
+    return make_error("KV cache shape must be positive (layers {}, kv heads {}, head dim {}, tokens {})",
+                      shape.n_layer, shape.n_kv_head, shape.head_dim, shape.max_tokens);
+  KvCache c;
+  c.shape_ = shape;
+  const size_t elem = shape.dtype == DType::F16 ? 2 : 4;
+  c.bytes_ = kv_cache_bytes(shape.n_layer, shape.n_kv_head, shape.max_tokens, shape.head_dim, elem);
+  c.layer_bytes_ = c.bytes_ / (2 * (size_t)shape.n_layer);
+  c.data_.reset(new (std::nothrow) uint8_t[c.bytes_]);
+  if (!c.data_) return make_error("cannot allocate a KV cache of {} bytes", c.bytes_);
+  return c;
+}
+
+void KvCache::store(int layer, int64_t pos, const float* k_rows, const float* v_rows, int64_t n) {
+  const int64_t count = n * row_elems();
+  const size_t offset = (size_t)pos * row_elems();
+  if (shape_.dtype == DType::F32) {
+    std::memcpy(static_cast<float*>(k(layer)) + offset, k_rows, count * sizeof(float));
+    std::memcpy(static_cast<float*>(v(layer)) + offset, v_rows, count * sizeof(float));
+    return;
+  }
+  auto* kd = static_cast<uint16_t*>(k(layer)) + offset;
+  auto* vd = static_cast<uint16_t*>(v(layer)) + offset;
+  for (int64_t i = 0; i < count; i++) {
+    kd[i] = fp32_to_fp16(k_rows[i]);
+    vd[i] = fp32_to_fp16(v_rows[i]);
+  }
+}
+
+}  // namespace tandem

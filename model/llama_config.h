@@ -1,0 +1,37 @@
+// Hyper-parameters of a Llama-family model, read from GGUF metadata (keys prefixed by the
+// architecture name, e.g. "llama.block_count").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+
+namespace tandem {
+
+struct LlamaConfig {
+  std::string arch;        // general.architecture
+  std::string name;        // general.name
+  int n_vocab = 0;
+  int n_ctx_train = 0;     // context length the model was trained for
+  int n_embd = 0;          // hidden size
+  int n_layer = 0;
+  int n_head = 0;
+  int n_kv_head = 0;       // < n_head with grouped-query attention
+  int head_dim = 0;
+  int n_ff = 0;            // feed-forward hidden size
+  int rope_dim = 0;        // dims of each head that RoPE rotates
+  double rope_base = 10000.0;
+  double rope_linear_scale = 1.0;  // positions are divided by this ("linear" rope scaling)
+  float rms_eps = 1e-5f;
+  bool tied_output = false;  // output projection shares token_embd
+
+  int q_dim() const { return n_head * head_dim; }
+  int kv_dim() const { return n_kv_head * head_dim; }
+  int gqa_group() const { return n_head / n_kv_head; }
+
+  static Result<LlamaConfig> from_gguf(const GgufFile& f);
+};
+
+}  // namespace tandem

@@ -1,0 +1,165 @@
+#include "model/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace tandem {
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, const ModelOptions& opts) {
+  auto f = GgufFile::open(path);
+  if (!f.ok()) return f.error();
+  return from_gguf(std::move(f.value()), opts);
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->opts_ = opts;
+  m->kernels_ = cpu::CpuKernels::for_isa(opts.isa);
+  auto cfg = LlamaConfig::from_gguf(*file);
+  if (!cfg.ok()) return cfg.error();
+  m->config_ = std::move(cfg.value());
+  auto w = LlamaWeights::from_gguf(*file, m->config_, m->kernels_);
+  if (!w.ok()) return w.error();
+  m->weights_ = std::move(w.value());
+  m->file_ = std::move(file);
+
+  const LlamaConfig& c = m->config_;
+  m->inv_freq_.resize(c.rope_dim / 2);
+  for (int i = 0; i < c.rope_dim / 2; i++) {
+    double f = std::pow(c.rope_base, -2.0 * i / c.rope_dim) / c.rope_linear_scale;
+    if (!m->weights_.rope_freqs.empty()) f /= m->weights_.rope_freqs[i];
+    m->inv_freq_[i] = f;
+  }
+  return m;
+}
+
+KvCacheShape LlamaModel::kv_shape(int64_t max_tokens, DType dtype) const {
+  return KvCacheShape{config_.n_layer, config_.n_kv_head, config_.head_dim, max_tokens, dtype};
+}
+
+Result<KvCache> LlamaModel::new_kv_cache(int64_t max_tokens, DType dtype) const {
+  return KvCache::create(kv_shape(max_tokens, dtype));
+}
+
+Status LlamaModel::check_tokens(std::span<const int32_t> tokens) const {
+  for (size_t i = 0; i < tokens.size(); i++)
+    if (tokens[i] < 0 || tokens[i] >= config_.n_vocab)
+      return make_error("token #{} has id {}, outside the vocabulary [0, {})", i, tokens[i], config_.n_vocab);
+  return Status::Ok();
+}
+
+void LlamaModel::ensure_scratch(int64_t n, int64_t n_logit_rows) {
+  const LlamaConfig& c = config_;
+  if (n > scratch_tokens_) {
+    x_.resize(n * c.n_embd);
+    xb_.resize(n * c.n_embd);
+    q_.resize(n * c.q_dim());
+    k_.resize(n * c.kv_dim());
+    v_.resize(n * c.kv_dim());
+    att_.resize(n * c.q_dim());
+    proj_.resize(n * c.n_embd);
+    gate_.resize(n * c.n_ff);
+    up_.resize(n * c.n_ff);
+    scratch_tokens_ = n;
+  }
+  if ((int64_t)logits_.size() < n_logit_rows * c.n_vocab) logits_.resize(n_logit_rows * c.n_vocab);
+}
+
+void LlamaModel::embed(std::span<const int32_t> tokens) {
+  const cpu::WeightMatrix& e = weights_.token_embd;
+  for (size_t t = 0; t < tokens.size(); t++)
+    cpu::dequantize_row(e.type, e.row(tokens[t]), x_.data() + t * config_.n_embd, config_.n_embd);
+}
+
+// Prefill multiplies every weight by a block of tokens; decode by a single vector.
+void LlamaModel::project(Phase phase, const cpu::WeightMatrix& w, const float* in, int64_t n, float* out) const {
+  if (phase == Phase::Decode)
+    cpu::matvec(w, in, out);
+  else
+    cpu::matmul(w, in, n, out, kernels_);
+}
+
+void LlamaModel::run_layers(Phase phase, KvCache& kv, int64_t n, int64_t pos0) {
+  const LlamaConfig& c = config_;
+  const int64_t d = c.n_embd;
+  const cpu::AttentionShape shape{c.n_head, c.n_kv_head, c.head_dim};
+  for (int li = 0; li < c.n_layer; li++) {
+    const LlamaLayerWeights& L = weights_.layers[li];
+    // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
+    for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.attn_norm.data(), &xb_[t * d], d, c.rms_eps);
+    project(phase, L.wq, xb_.data(), n, q_.data());
+    project(phase, L.wk, xb_.data(), n, k_.data());
+    project(phase, L.wv, xb_.data(), n, v_.data());
+    for (int64_t t = 0; t < n; t++) {
+      cpu::rope(&q_[t * c.q_dim()], c.n_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
+      cpu::rope(&k_[t * c.kv_dim()], c.n_kv_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
+    }
+    kv.store(li, pos0, k_.data(), v_.data(), n);
+    cpu::attention(q_.data(), kv.k(li), kv.v(li), kv.shape().dtype, n, pos0, shape, att_.data(), kernels_);
+    project(phase, L.wo, att_.data(), n, proj_.data());
+    cpu::add_inplace(x_.data(), proj_.data(), n * d);
+
+    // Feed-forward sub-block (SwiGLU): x += W_down (silu(W_gate xb) * W_up xb).
+    for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.ffn_norm.data(), &xb_[t * d], d, c.rms_eps);
+    project(phase, L.w_gate, xb_.data(), n, gate_.data());
+    project(phase, L.w_up, xb_.data(), n, up_.data());
+    cpu::silu_mul(gate_.data(), up_.data(), n * c.n_ff);
+    project(phase, L.w_down, gate_.data(), n, proj_.data());
+    cpu::add_inplace(x_.data(), proj_.data(), n * d);
+  }
+  kv.advance(n);
+}
+
+void LlamaModel::compute_logits(Phase phase, int64_t first_row, int64_t n_rows, float* out) {
+  const int64_t d = config_.n_embd;
+  for (int64_t r = 0; r < n_rows; r++)
+    cpu::rmsnorm(&x_[(first_row + r) * d], weights_.output_norm.data(), &xb_[r * d], d, config_.rms_eps);
+  project(n_rows == 1 ? Phase::Decode : phase, weights_.output, xb_.data(), n_rows, out);
+}
+
+Result<std::span<const float>> LlamaModel::prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) return make_error("prefill needs at least one token");
+  TANDEM_TRY(check_tokens(tokens));
+  const int64_t n_total = (int64_t)tokens.size();
+  if (kv.size() + n_total > kv.capacity())
+    return make_error("prompt of {} tokens does not fit: the KV cache holds {} and has {} of {} positions used",
+                      n_total, kv.capacity(), kv.size(), kv.capacity());
+  const int64_t V = config_.n_vocab;
+  const int64_t chunk = std::max<int64_t>(1, opts_.max_prefill_chunk);
+  ensure_scratch(std::min(chunk, n_total), all_logits ? n_total : 1);
+  for (int64_t start = 0; start < n_total; start += chunk) {
+    const int64_t n = std::min(chunk, n_total - start);
+    embed(tokens.subspan(start, n));
+    run_layers(Phase::Prefill, kv, n, kv.size());
+    if (all_logits)
+      compute_logits(Phase::Prefill, 0, n, logits_.data() + start * V);
+    else if (start + n == n_total)
+      compute_logits(Phase::Prefill, n - 1, 1, logits_.data());
+  }
+  return std::span<const float>(logits_.data(), (all_logits ? n_total : 1) * V);
+}
+
+Result<std::span<const float>> LlamaModel::decode(KvCache& kv, int32_t token) {
+  TANDEM_TRY(check_tokens(std::span<const int32_t>(&token, 1)));
+  if (kv.size() >= kv.capacity())
+    return make_error("context full: the KV cache holds {} positions and all are used", kv.capacity());
+  ensure_scratch(1, 1);
+  embed(std::span<const int32_t>(&token, 1));
+  run_layers(Phase::Decode, kv, 1, kv.size());
+  compute_logits(Phase::Decode, 0, 1, logits_.data());
+  return std::span<const float>(logits_.data(), config_.n_vocab);
+}
+
+Result<std::span<const float>> LlamaModel::forward_no_cache(std::span<const int32_t> tokens, DType kv_dtype) {
+  if (tokens.empty()) return make_error("the no-cache forward pass needs at least one token");
+  auto scratch = new_kv_cache((int64_t)tokens.size(), kv_dtype);
+  if (!scratch.ok()) return scratch.error();
+  return prefill(scratch.value(), tokens, false);
+}
+
+}  // namespace tandem

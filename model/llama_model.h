@@ -1,0 +1,87 @@
+// A loaded Llama-family model and its forward pass, written as the two phases of inference:
+//   prefill(tokens): every prompt token in one batched pass (matrix-matrix products), writing
+//                    K and V of every position into the KV cache;
+//   decode(token):   one token (matrix-vector products), appending one K,V row per layer and
+//                    attending over the whole cache;
+// plus forward_no_cache(), the naive mode that recomputes K,V of the whole sequence each step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "kernels/cpu/dot.h"
+#include "kv/kv_cache.h"
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+
+namespace tandem {
+
+enum class Phase { Prefill, Decode };
+
+struct ModelOptions {
+  cpu::Isa isa = cpu::best_isa();
+  int64_t max_prefill_chunk = 512;  // longer prompts run as several batched chunks
+};
+
+class LlamaModel {
+ public:
+  static Result<std::unique_ptr<LlamaModel>> load(const std::string& path, const ModelOptions& opts = {});
+  static Result<std::unique_ptr<LlamaModel>> from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts = {});
+
+  const LlamaConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  const GgufFile& gguf() const { return *file_; }
+  const cpu::CpuKernels& kernels() const { return kernels_; }
+
+  KvCacheShape kv_shape(int64_t max_tokens, DType dtype = DType::F16) const;
+  Result<KvCache> new_kv_cache(int64_t max_tokens, DType dtype = DType::F16) const;
+
+  // Phase 1. Runs tokens at positions [kv.size(), kv.size() + n) and appends their K,V.
+  // Returns the logits of the last position ([n_vocab]), or of every position
+  // ([n, n_vocab]) with all_logits. The span lives until the next call.
+  Result<std::span<const float>> prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits = false);
+
+  // Phase 2. Runs one token at position kv.size(), appends its K,V, returns [n_vocab] logits.
+  Result<std::span<const float>> decode(KvCache& kv, int32_t token);
+
+  // Naive mode: no persistent cache. Recomputes K,V for the whole sequence in one pass over a
+  // scratch cache that is discarded, returning the logits of the last position. K,V are
+  // rounded to kv_dtype as the cached path rounds them, so both paths compute the same thing.
+  Result<std::span<const float>> forward_no_cache(std::span<const int32_t> tokens, DType kv_dtype = DType::F16);
+
+ private:
+  LlamaModel() = default;
+  Status check_tokens(std::span<const int32_t> tokens) const;
+  void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
+  void embed(std::span<const int32_t> tokens);
+  void run_layers(Phase phase, KvCache& kv, int64_t n_tokens, int64_t pos0);
+  void project(Phase phase, const cpu::WeightMatrix& w, const float* in, int64_t n_tokens, float* out) const;
+  void compute_logits(Phase phase, int64_t first_row, int64_t n_rows, float* out);
+
+  std::unique_ptr<GgufFile> file_;
+  LlamaConfig config_;
+  LlamaWeights weights_;
+  cpu::CpuKernels kernels_;
+  ModelOptions opts_;
+  std::vector<double> inv_freq_;  // [rope_dim / 2] RoPE angle per position, per pair
+
+  // Activations of the tokens in flight, grown on demand and reused across calls.
+  int64_t scratch_tokens_ = 0;
+  std::vector<float> x_;       // [n, n_embd] residual stream
+  std::vector<float> xb_;      // [n, n_embd] normed input of a sub-block
+  std::vector<float> q_;       // [n, q_dim]
+  std::vector<float> k_;       // [n, kv_dim]
+  std::vector<float> v_;       // [n, kv_dim]
+  std::vector<float> att_;     // [n, q_dim] attention output
+  std::vector<float> proj_;    // [n, n_embd] output of attn_output / ffn_down
+  std::vector<float> gate_;    // [n, n_ff]
+  std::vector<float> up_;      // [n, n_ff]
+  std::vector<float> logits_;  // [n_logit_rows, n_vocab]
+};
+
+}  // namespace tandem
