@@ -1,0 +1,45 @@
+// Text <-> token ids for a GGUF vocabulary: byte-level BPE with a regex pre-tokenizer
+// (GPT-2, Llama 3, SmolLM, ...) or SentencePiece-style merges by score with byte fallback
+// (Llama 2). Special tokens in the text are matched first when asked to.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace tandem {
+
+class Tokenizer {
+ public:
+  static Result<std::unique_ptr<Tokenizer>> create(Vocab vocab);
+  static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& f);
+
+  const Vocab& vocab() const { return vocab_; }
+
+  // add_special: BOS/EOS as the vocabulary asks. parse_special: text like "<|im_start|>"
+  // becomes its control token (user-defined tokens always match).
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+  // The bytes a token stands for; control tokens give their text only when `special`.
+  std::string token_to_piece(int32_t id, bool special = false) const;
+  std::string decode(const std::vector<int32_t>& ids, bool special = false) const;
+
+ private:
+  explicit Tokenizer(Vocab v) : vocab_(std::move(v)) {}
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+
+  Vocab vocab_;
+  std::unique_ptr<PreTokenizer> pre_;
+  std::vector<int32_t> special_tokens_;  // control / user-defined / unknown, longest text first
+  std::vector<std::string> byte_to_unicode_;  // GPT-2 byte-level alphabet (UTF-8 of each byte's stand-in)
+  std::vector<int32_t> byte_tokens_;          // SPM <0xXX> tokens, -1 when absent
+};
+
+}  // namespace tandem
