@@ -16,3 +16,7 @@ void set_threads(int n) {
 }
 
 }  // namespace tandem::apps
+
+namespace tandem::apps {
+int omp_threads() { return omp_get_max_threads(); }
+}  // namespace tandem::apps

@@ -11,3 +11,8 @@ int fail(const std::string& msg);
 void set_threads(int n);
 
 }  // namespace tandem::apps
+
+namespace tandem::apps {
+// Threads OpenMP will use for the next parallel region.
+int omp_threads();
+}  // namespace tandem::apps

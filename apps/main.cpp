@@ -14,10 +14,10 @@ int main(int argc, char** argv) {
     tandem::apps::Command cmd = f(app);
     commands[app.get_subcommands({})[before]] = std::move(cmd);
   };
-  // add(tandem::apps::add_run_command);
-  // add(tandem::apps::add_chat_command);
+  add(tandem::apps::add_run_command);
+  add(tandem::apps::add_chat_command);
   add(tandem::apps::add_tokenize_command);
-  // add(tandem::apps::add_info_command);
+  add(tandem::apps::add_info_command);
   add(tandem::apps::add_logits_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : commands)

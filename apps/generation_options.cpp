@@ -1,0 +1,77 @@
+#include "apps/generation_options.h"
+
+#include <random>
+
+#include <fmt/core.h>
+
+#include "apps/common.h"
+#include "gguf/gguf_file.h"
+
+namespace tandem::apps {
+
+void GenerationOptions::add_to(CLI::App* sub) {
+  sub->add_option("-m,--model", model, "GGUF model file")->required();
+  sub->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--temp", temp, "temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-k", top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--top-p", top_p, "top-p (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--min-p", min_p, "min-p (0 = off)")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--repeat-penalty", repeat_penalty, "penalty for recent tokens (1 = off)")->check(CLI::Range(0.0f, 10.0f));
+  sub->add_option("--seed", seed, "RNG seed (-1 = random)");
+  sub->add_option("-t,--threads", threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  sub->add_flag("--no-kv-cache", no_kv_cache, "naive mode: recompute K,V of the whole sequence every step");
+  sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
+  sub->add_option("--kv-dtype", kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  sub->add_option("--isa", isa, "kernel level: auto | avx2 | scalar");
+  sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
+}
+
+GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
+  GenerationConfig c;
+  c.max_new_tokens = n_predict;
+  c.use_kv_cache = !no_kv_cache;
+  c.kv_dtype = kv_dtype == "f32" ? DType::F32 : DType::F16;
+  c.stop_at_eog = !ignore_eos;
+  c.stop_tokens = vocab.end_of_generation;
+  c.sampling.temperature = temp;
+  c.sampling.top_k = top_k;
+  c.sampling.top_p = top_p;
+  c.sampling.min_p = min_p;
+  c.sampling.repeat_penalty = repeat_penalty;
+  c.sampling.seed = seed >= 0 ? (uint64_t)seed : std::random_device{}();
+  return c;
+}
+
+Result<LoadedModel> load_model(const GenerationOptions& o) {
+  set_threads(o.threads);
+  ModelOptions mo;
+  if (!cpu::parse_isa(o.isa, &mo.isa)) return make_error("unknown or unsupported --isa '{}'", o.isa);
+  auto m = LlamaModel::load(o.model, mo);
+  if (!m.ok()) return m.error();
+  auto tok = Tokenizer::from_gguf(m.value()->gguf());
+  if (!tok.ok()) return tok.error();
+  return LoadedModel{std::move(m.value()), std::move(tok.value())};
+}
+
+void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o, int64_t kv_tokens) {
+  if (o.quiet_stats) return;
+  const LlamaConfig& c = m.config();
+  fmt::print(stderr, "\n\n--- tandem: {} ({}), {} threads, {} kernels ---\n", c.name.empty() ? c.arch : c.name,
+             c.arch, omp_threads(), cpu::isa_name(m.kernels().isa));
+  fmt::print(stderr, "prompt tokens  {}{}\n", st.n_prompt,
+             st.n_reused ? fmt::format(" ({} reused from the KV cache)", st.n_reused) : "");
+  fmt::print(stderr, "prefill        {} tokens in {:.2f} ms = {:.1f} tok/s   TTFT {:.2f} ms\n", st.n_prompt - st.n_reused,
+             st.prefill_s * 1e3, st.prefill_tok_s(), st.ttft_s * 1e3);
+  fmt::print(stderr, "decode         {} tokens in {:.2f} ms = {:.1f} tok/s   TPOT {:.2f} ms\n", st.n_decode_steps,
+             st.decode_s * 1e3, st.decode_tok_s(), st.tpot_s() * 1e3);
+  fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated, st.stopped_by_eog ? " (stopped at end of generation)" : "");
+  if (o.no_kv_cache) {
+    fmt::print(stderr, "KV cache       none: naive mode recomputed K,V of every earlier position at each step\n");
+  } else {
+    const int bytes = o.kv_dtype == "f32" ? 4 : 2;
+    fmt::print(stderr, "KV cache       {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x {} bytes\n",
+               st.kv_bytes, human_bytes(st.kv_bytes), c.n_layer, c.n_kv_head, kv_tokens, c.head_dim, bytes);
+  }
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,46 @@
+// Options shared by `run` and `chat`: model, sampling, threads, cache mode; and the
+// end-of-run report of the two phases.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "model/llama_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::apps {
+
+struct GenerationOptions {
+  std::string model;
+  int n_predict = 128;
+  float temp = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int64_t seed = -1;
+  int threads = 0;
+  bool no_kv_cache = false;
+  bool ignore_eos = false;
+  std::string kv_dtype = "f16";
+  std::string isa = "auto";
+  bool quiet_stats = false;
+
+  void add_to(CLI::App* sub);
+  GenerationConfig config(const Vocab& vocab) const;
+};
+
+struct LoadedModel {
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+Result<LoadedModel> load_model(const GenerationOptions& o);
+
+// Prints prompt tokens, TTFT, TPOT, tok/s of each phase and the KV cache's bytes to stderr.
+void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o, int64_t kv_tokens);
+
+}  // namespace tandem::apps
