@@ -1,0 +1,183 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace tandem::cpu {
+namespace {
+
+struct QuantVector {
+  DType type;
+  std::vector<uint8_t> raw;
+  std::vector<float> values;  // as the gguf Python package decodes them
+};
+
+std::vector<QuantVector> load_vectors() {
+  std::ifstream f(std::string(TANDEM_SOURCE_DIR) + "/tests/data/quant_vectors.bin", std::ios::binary);
+  std::vector<QuantVector> out;
+  uint32_t hdr[3];
+  while (f.read(reinterpret_cast<char*>(hdr), sizeof(hdr))) {
+    QuantVector v{static_cast<DType>(hdr[0]), std::vector<uint8_t>(hdr[2]), std::vector<float>(hdr[1])};
+    f.read(reinterpret_cast<char*>(v.raw.data()), hdr[2]);
+    f.read(reinterpret_cast<char*>(v.values.data()), hdr[1] * 4);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+TEST(Kernels, DequantizeMatchesGgufPackage) {
+  const auto vectors = load_vectors();
+  ASSERT_EQ(vectors.size(), 8u) << "tests/data/quant_vectors.bin missing or short";
+  for (const auto& v : vectors) {
+    std::vector<float> got(v.values.size());
+    ASSERT_TRUE(dequantize_row(v.type, v.raw.data(), got.data(), (int64_t)got.size())) << dtype_name(v.type);
+    for (size_t i = 0; i < got.size(); i++)
+      ASSERT_NEAR(got[i], v.values[i], 1e-6f * (1.0f + std::fabs(v.values[i])))
+          << dtype_name(v.type) << " element " << i;
+  }
+}
+
+TEST(Kernels, EveryIsaDotMatchesReferenceAndScalarTwin) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (const auto& v : load_vectors()) {
+    const int64_t n = (int64_t)v.values.size();
+    std::vector<float> x(n);
+    for (auto& e : x) e = nd(rng);
+    double ref = 0.0, mag = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+      ref += (double)v.values[i] * x[i];
+      mag += std::fabs((double)v.values[i] * x[i]);
+    }
+    const float scalar = row_dot_scalar(v.type, v.raw.data(), x.data(), n);
+    EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6) << dtype_name(v.type);
+    for (Isa isa : supported_isas()) {
+      const RowDotFn f = row_dot_kernel(v.type, isa);
+      ASSERT_NE(f, nullptr) << dtype_name(v.type) << " " << isa_name(isa);
+      EXPECT_NEAR(f(v.raw.data(), x.data(), n), scalar, 1e-5 * mag + 1e-6) << dtype_name(v.type) << " " << isa_name(isa);
+    }
+  }
+}
+
+TEST(Kernels, F32DotAndAxpyEveryIsa) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {1, 7, 8, 33, 64, 100, 576}) {
+    std::vector<float> a(n), b(n);
+    std::vector<uint16_t> bh(n);
+    for (int64_t i = 0; i < n; i++) a[i] = nd(rng), b[i] = nd(rng), bh[i] = fp32_to_fp16(b[i]);
+    const float ref = f32_dot_scalar(a.data(), b.data(), n);
+    for (Isa isa : supported_isas()) {
+      EXPECT_NEAR(f32_dot_kernel(isa)(a.data(), b.data(), n), ref, 1e-4 * n) << isa_name(isa) << " n=" << n;
+      for (DType t : {DType::F32, DType::F16}) {
+        std::vector<float> y_ref(a), y(a);
+        axpy_scalar(t, 0.5f, t == DType::F32 ? (const void*)b.data() : (const void*)bh.data(), y_ref.data(), n);
+        axpy_kernel(t, isa)(0.5f, t == DType::F32 ? (const void*)b.data() : (const void*)bh.data(), y.data(), n);
+        for (int64_t i = 0; i < n; i++) ASSERT_NEAR(y[i], y_ref[i], 1e-6f) << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(Kernels, Fp16RoundTripsEveryFiniteHalf) {
+  for (uint32_t h = 0; h < 65536; h++) {
+    const float f = fp16_to_fp32((uint16_t)h);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp32_to_fp16(f), (uint16_t)h) << "half 0x" << std::hex << h;
+  }
+  EXPECT_EQ(fp16_to_fp32(0x3c00), 1.0f);
+  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00);  // rounds to infinity
+  EXPECT_EQ(bf16_to_fp32(0x3f80), 1.0f);
+}
+
+TEST(Kernels, MatmulEqualsMatvecPerToken) {
+  const auto vectors = load_vectors();
+  for (const auto& v : vectors) {
+    // Reuse the 512-element record as a [rows, cols] matrix.
+    const int64_t cols = v.type == DType::Q4_K || v.type == DType::Q6_K ? 256 : 64;
+    const int64_t rows = 512 / cols;
+    for (Isa isa : supported_isas()) {
+      const CpuKernels k = CpuKernels::for_isa(isa);
+      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type)};
+      const int64_t T = 9;
+      std::vector<float> X(T * cols), Y(T * rows), y(rows);
+      std::mt19937 rng(1);
+      std::normal_distribution<float> nd;
+      for (auto& e : X) e = nd(rng);
+      matmul(w, X.data(), T, Y.data(), k);
+      for (int64_t t = 0; t < T; t++) {
+        matvec(w, X.data() + t * cols, y.data());
+        for (int64_t r = 0; r < rows; r++)
+          ASSERT_NEAR(Y[t * rows + r], y[r], 1e-4f * (1 + std::fabs(y[r]))) << dtype_name(v.type) << " " << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(Kernels, RmsNormRopeSoftmaxSilu) {
+  std::vector<float> x{1, 2, 3, 4}, w{1, 1, 2, 0.5f}, out(4);
+  rmsnorm(x.data(), w.data(), out.data(), 4, 0.0f);
+  const float rms = std::sqrt((1 + 4 + 9 + 16) / 4.0f);
+  EXPECT_NEAR(out[2], 3 / rms * 2, 1e-6f);
+  // RoPE by angle pi/2 turns (1, 0) into (0, 1); the pair with zero frequency is unchanged.
+  std::vector<float> q{1, 0, 5, 6};
+  const double inv_freq[2] = {M_PI / 2, 0.0};
+  rope(q.data(), 1, 4, 4, 1, inv_freq);
+  EXPECT_NEAR(q[0], 0.0f, 1e-6f);
+  EXPECT_NEAR(q[1], 1.0f, 1e-6f);
+  EXPECT_FLOAT_EQ(q[2], 5.0f);
+  EXPECT_FLOAT_EQ(q[3], 6.0f);
+  std::vector<float> s{1, 2, 3};
+  softmax(s.data(), 3);
+  EXPECT_NEAR(s[0] + s[1] + s[2], 1.0f, 1e-6f);
+  EXPECT_NEAR(s[2] / s[1], std::exp(1.0f), 1e-5f);
+  std::vector<float> g{0.0f, 1.0f}, u{3.0f, 2.0f};
+  silu_mul(g.data(), u.data(), 2);
+  EXPECT_FLOAT_EQ(g[0], 0.0f);
+  EXPECT_NEAR(g[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
+}
+
+// Attention against a direct evaluation of softmax(q k^T / sqrt(d)) v with GQA.
+TEST(Kernels, AttentionMatchesDirectFormula) {
+  const AttentionShape s{4, 2, 8};
+  const int64_t n_ctx = 6, pos0 = 3, n_q = 3;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(n_ctx * 16), v(n_ctx * 16), q(n_q * 32), out(n_q * 32);
+  for (auto* vec : {&k, &v, &q})
+    for (auto& e : *vec) e = nd(rng);
+  for (Isa isa : supported_isas()) {
+    attention(q.data(), k.data(), v.data(), DType::F32, n_q, pos0, s, out.data(), CpuKernels::for_isa(isa));
+    for (int64_t i = 0; i < n_q; i++)
+      for (int h = 0; h < 4; h++) {
+        const int kvh = h / 2;
+        std::vector<double> sc(pos0 + i + 1);
+        double mx = -1e30, sum = 0;
+        for (int64_t t = 0; t <= pos0 + i; t++) {
+          double d = 0;
+          for (int j = 0; j < 8; j++) d += q[i * 32 + h * 8 + j] * k[t * 16 + kvh * 8 + j];
+          sc[t] = d / std::sqrt(8.0);
+          mx = std::max(mx, sc[t]);
+        }
+        for (auto& e : sc) sum += (e = std::exp(e - mx));
+        for (int j = 0; j < 8; j++) {
+          double o = 0;
+          for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * v[t * 16 + kvh * 8 + j];
+          ASSERT_NEAR(out[i * 32 + h * 8 + j], o, 1e-5) << isa_name(isa);
+        }
+      }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::cpu

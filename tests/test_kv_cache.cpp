@@ -1,0 +1,53 @@
+#include <gtest/gtest.h>
+
+#include "core/fp16.h"
+#include "kv/kv_cache.h"
+
+namespace tandem {
+namespace {
+
+TEST(KvCache, SeedFormulaLlama2_70B) {
+  // 80 layers, 8 KV heads (GQA), head dim 128, 4096 tokens, fp16: 1.34 GB per sequence.
+  EXPECT_EQ(kv_cache_bytes(80, 8, 4096, 128, 2), 1342177280ull);
+  // Without GQA (64 KV heads) it is 8x: 10.7 GB.
+  EXPECT_EQ(kv_cache_bytes(80, 64, 4096, 128, 2), 10737418240ull);
+  EXPECT_EQ(kv_cache_bytes(80, 8, 4096, 128, 2, 4), 4 * 1342177280ull);
+}
+
+TEST(KvCache, AllocatesExactlyTheFormula) {
+  for (DType t : {DType::F16, DType::F32}) {
+    auto kv = KvCache::create({30, 3, 64, 1000, t});
+    ASSERT_TRUE(kv.ok()) << kv.error().message;
+    EXPECT_EQ(kv->allocated_bytes(), kv_cache_bytes(30, 3, 1000, 64, t == DType::F16 ? 2 : 4));
+    // Layer 29's V ends exactly at the end of the allocation.
+    const auto* begin = static_cast<const uint8_t*>(kv->k(0));
+    const auto* end_v = static_cast<const uint8_t*>(kv->v(29)) + 1000 * 3 * 64 * kv->elem_bytes();
+    EXPECT_EQ((uint64_t)(end_v - begin), kv->allocated_bytes());
+  }
+}
+
+TEST(KvCache, StoresRowsAtTheirPositions) {
+  auto kv = KvCache::create({2, 1, 4, 8, DType::F16});
+  ASSERT_TRUE(kv.ok());
+  const float k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
+  kv->store(1, 3, k, v, 2);
+  kv->advance(5);
+  EXPECT_EQ(kv->size(), 5);
+  const auto* kh = static_cast<const uint16_t*>(kv->k(1));
+  const auto* vh = static_cast<const uint16_t*>(kv->v(1));
+  EXPECT_EQ(fp16_to_fp32(kh[3 * 4 + 0]), 1.0f);
+  EXPECT_EQ(fp16_to_fp32(kh[4 * 4 + 3]), 8.0f);
+  EXPECT_EQ(fp16_to_fp32(vh[4 * 4 + 3]), -8.0f);
+  kv->truncate(2);
+  EXPECT_EQ(kv->size(), 2);
+  kv->clear();
+  EXPECT_EQ(kv->size(), 0);
+}
+
+TEST(KvCache, RejectsBadShapes) {
+  EXPECT_FALSE(KvCache::create({0, 3, 64, 10, DType::F16}).ok());
+  EXPECT_FALSE(KvCache::create({2, 3, 64, 10, DType::Q8_0}).ok());
+}
+
+}  // namespace
+}  // namespace tandem
