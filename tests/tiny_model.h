@@ -1,0 +1,133 @@
+// A tiny Llama-architecture GGUF with seeded random weights, built in memory, so model tests
+// run without any downloaded file. Quantized blocks get random quants with small scales.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "gguf/gguf_file.h"
+#include "gguf_builder.h"
+
+namespace tandem::test {
+
+struct TinyShape {
+  int n_vocab = 96, n_embd = 64, n_layer = 2, n_head = 4, n_kv_head = 2, n_ff = 128, n_ctx = 64;
+  DType weight_type = DType::F32;
+  bool tied = false;
+};
+
+inline std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const auto info = *dtype_info(static_cast<uint32_t>(type));
+  std::vector<uint8_t> out(rows * cols / info.block_elems * info.block_bytes);
+  auto put_half = [&](size_t at, float v) {
+    const uint16_t h = fp32_to_fp16(v);
+    std::memcpy(&out[at], &h, 2);
+  };
+  const size_t nblocks = out.size() / info.block_bytes;
+  if (type == DType::F32) {
+    for (size_t i = 0; i < out.size() / 4; i++) {
+      const float v = nd(rng);
+      std::memcpy(&out[i * 4], &v, 4);
+    }
+    return out;
+  }
+  if (type == DType::F16 || type == DType::BF16) {
+    for (size_t i = 0; i < out.size() / 2; i++) {
+      float v = nd(rng);
+      uint16_t h;
+      if (type == DType::F16) {
+        h = fp32_to_fp16(v);
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        h = (uint16_t)(bits >> 16);
+      }
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+    return out;
+  }
+  for (auto& b : out) b = (uint8_t)byte(rng);
+  for (size_t bi = 0; bi < nblocks; bi++) {
+    const size_t at = bi * info.block_bytes;
+    switch (type) {
+      case DType::Q4_0: put_half(at, scale / 4); break;
+      case DType::Q4_1: put_half(at, scale / 4), put_half(at + 2, -scale * 2); break;
+      case DType::Q8_0: put_half(at, scale / 64); break;
+      case DType::Q4_K: put_half(at, scale / 64), put_half(at + 2, scale / 32); break;
+      case DType::Q6_K: put_half(at + 208, scale / 512); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+inline std::vector<uint8_t> f32_vector(int64_t n, std::mt19937& rng, float mean, float sd) {
+  std::normal_distribution<float> nd(mean, sd);
+  std::vector<uint8_t> out(n * 4);
+  for (int64_t i = 0; i < n; i++) {
+    const float v = nd(rng);
+    std::memcpy(&out[i * 4], &v, 4);
+  }
+  return out;
+}
+
+// The GGUF bytes of a tiny model with a byte-ish BPE vocabulary (token i is the i-th character).
+inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed = 42) {
+  std::mt19937 rng(seed);
+  GgufBuilder b;
+  b.kv_str("general.architecture", "llama");
+  b.kv_str("general.name", "tiny-random");
+  b.kv_u32("llama.context_length", s.n_ctx);
+  b.kv_u32("llama.embedding_length", s.n_embd);
+  b.kv_u32("llama.block_count", s.n_layer);
+  b.kv_u32("llama.feed_forward_length", s.n_ff);
+  b.kv_u32("llama.attention.head_count", s.n_head);
+  b.kv_u32("llama.attention.head_count_kv", s.n_kv_head);
+  b.kv_f32("llama.rope.freq_base", 10000.0f);
+  b.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int i = 0; i < s.n_vocab; i++) {
+    tokens.push_back(i == 0 ? "<|endoftext|>" : std::string(1, (char)('!' + (i - 1) % 90)) + (i > 90 ? "x" : ""));
+    types.push_back(i == 0 ? 3 : 1);
+  }
+  b.kv_str("tokenizer.ggml.model", "gpt2");
+  b.kv_str("tokenizer.ggml.pre", "gpt-2");
+  b.kv_str_array("tokenizer.ggml.tokens", tokens);
+  b.kv_i32_array("tokenizer.ggml.token_type", types);
+  b.kv_str_array("tokenizer.ggml.merges", {});
+  b.kv_u32("tokenizer.ggml.eos_token_id", 0);
+  const int hd = s.n_embd / s.n_head, kvd = hd * s.n_kv_head;
+  const DType t = s.weight_type;
+  const uint64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab;
+  b.tensor("token_embd.weight", t, {E, V}, random_weights(t, V, E, rng, 1.0f));
+  b.tensor("output_norm.weight", DType::F32, {E}, f32_vector(E, rng, 1.0f, 0.1f));
+  if (!s.tied) b.tensor("output.weight", t, {E, V}, random_weights(t, V, E, rng, 0.2f));
+  for (int l = 0; l < s.n_layer; l++) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.tensor(p + "attn_norm.weight", DType::F32, {E}, f32_vector(E, rng, 1.0f, 0.1f));
+    b.tensor(p + "attn_q.weight", t, {E, E}, random_weights(t, E, E, rng, 0.3f));
+    b.tensor(p + "attn_k.weight", t, {E, (uint64_t)kvd}, random_weights(t, kvd, E, rng, 0.3f));
+    b.tensor(p + "attn_v.weight", t, {E, (uint64_t)kvd}, random_weights(t, kvd, E, rng, 0.3f));
+    b.tensor(p + "attn_output.weight", t, {E, E}, random_weights(t, E, E, rng, 0.1f));
+    b.tensor(p + "ffn_norm.weight", DType::F32, {E}, f32_vector(E, rng, 1.0f, 0.1f));
+    b.tensor(p + "ffn_gate.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
+    b.tensor(p + "ffn_up.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
+    b.tensor(p + "ffn_down.weight", t, {F, E}, random_weights(t, E, F, rng, 0.1f));
+  }
+  return b.build();
+}
+
+inline std::unique_ptr<GgufFile> tiny_model_file(const TinyShape& s, uint32_t seed = 42) {
+  const auto bytes = tiny_model_bytes(s, seed);
+  auto f = GgufFile::from_bytes(bytes.data(), bytes.size());
+  return f.ok() ? std::move(f.value()) : nullptr;
+}
+
+}  // namespace tandem::test
