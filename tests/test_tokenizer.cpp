@@ -1,0 +1,142 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "gguf/gguf_file.h"
+#include "test_paths.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace tandem {
+namespace {
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// llama.cpp's test format: cases separated by "\n__ggml_vocab_test__\n"; line i of .out holds
+// the ids of case i.
+std::vector<std::string> split_cases(const std::string& s) {
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> out;
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(sep, pos)) != std::string::npos; pos = hit + sep.size()) out.push_back(s.substr(pos, hit - pos));
+  if (pos < s.size()) out.push_back(s.substr(pos));
+  return out;
+}
+
+class TokenizerVectors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerVectors, MatchLlamaCppIds) {
+  const std::string base = test::shared_dir() + "/tokenizer-vectors/ggml-vocab-" + GetParam() + ".gguf";
+  if (!test::exists(base)) GTEST_SKIP() << "tokenizer vectors not found at " << base << " (../shared is absent)";
+  auto f = GgufFile::open(base);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto tok = Tokenizer::from_gguf(*f.value());
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const auto cases = split_cases(read_file(base + ".inp"));
+  std::istringstream outs(read_file(base + ".out"));
+  int checked = 0;
+  for (const std::string& text : cases) {
+    std::string line;
+    if (!std::getline(outs, line)) break;
+    std::vector<int32_t> want;
+    std::istringstream ls(line);
+    for (int32_t id; ls >> id;) want.push_back(id);
+    const auto got = tok.value()->encode(text, false, false);
+    size_t first_diff = 0;
+    while (first_diff < std::min(got.size(), want.size()) && got[first_diff] == want[first_diff]) first_diff++;
+    ASSERT_EQ(got, want) << "case " << checked << " " << ::testing::PrintToString(text) << ": first differing id at index "
+                         << first_diff;
+    // Byte-level BPE and SentencePiece with byte fallback both round-trip the text.
+    std::string back = tok.value()->decode(got);
+    if (tok.value()->vocab().add_space_prefix && !back.empty() && back[0] == ' ') back.erase(0, 1);
+    if (tok.value()->vocab().kind == VocabKind::Bpe) EXPECT_EQ(back, text) << "round trip of case " << checked;
+    checked++;
+  }
+  EXPECT_GT(checked, 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, TokenizerVectors, ::testing::Values("gpt-2", "llama-spm", "phi-3", "falcon", "mpt"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(Tokenizer, UnknownPreTokenizerIsAnError) {
+  auto p = PreTokenizer::create("no-such-scheme");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("no-such-scheme"), std::string::npos);
+}
+
+TEST(Tokenizer, PreTokenizerSplitsLikeGpt2) {
+  auto p = PreTokenizer::create("gpt-2");
+  ASSERT_TRUE(p.ok());
+  const auto pieces = p.value()->split("Hello world's  123 !!");
+  const std::vector<std::string_view> want = {"Hello", " world", "'s", " ", " 123", " !!"};
+  EXPECT_EQ(pieces, want);
+  auto s = PreTokenizer::create("smollm");
+  const auto digits = s.value()->split("a 2026");
+  const std::vector<std::string_view> want2 = {"a", " ", "2", "0", "2", "6"};
+  EXPECT_EQ(digits, want2);
+}
+
+TEST(Utf8, StreamerNeverSplitsACharacter) {
+  Utf8Streamer s;
+  const std::string euro = "\xe2\x82\xac";  // one character, three bytes
+  EXPECT_EQ(s.push("a" + euro.substr(0, 1)), "a");
+  EXPECT_EQ(s.push(euro.substr(1, 1)), "");
+  EXPECT_EQ(s.push(euro.substr(2, 1) + "b"), euro + "b");
+  EXPECT_EQ(s.push("\xf0\x9f"), "");
+  EXPECT_EQ(s.flush(), "\xf0\x9f");
+  EXPECT_EQ(utf8_chars("a\xe2\x82\xac\xff").size(), 3u);
+}
+
+TEST(ChatTemplate, ChatMlWithDefaultSystem) {
+  const std::string src =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+      "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  auto t = ChatTemplate::from_source(src);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->render({{"user", "Hi"}}, true),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t->render({{"system", "Be brief."}, {"user", "Hi"}}, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  auto bad = ChatTemplate::from_source("{{ bos_token }}[INST] weird [/INST]");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("not supported"), std::string::npos);
+}
+
+TEST(Tokenizer, SmolLmSpecialTokensAndRoundTrip) {
+  const std::string path = test::default_model_path();
+  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  auto tok = Tokenizer::from_gguf(*f.value());
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const Tokenizer& t = *tok.value();
+  // Ids from llama.cpp's llama-tokenize on the same file.
+  EXPECT_EQ(t.encode("The capital of France is", true, true), (std::vector<int32_t>{504, 3575, 282, 4649, 314}));
+  const auto ids = t.encode("<|im_start|>user\nHi<|im_end|>", false, true);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+  // Without parse_special the markers are plain text.
+  EXPECT_GT(t.encode("<|im_start|>", false, false).size(), 1u);
+  EXPECT_TRUE(t.vocab().is_eog(2));
+  const std::string text = "Ünïcödé — naïve café 🦙 2026!\n\tTabs";
+  EXPECT_EQ(t.decode(t.encode(text, false, false)), text);
+}
+
+}  // namespace
+}  // namespace tandem
