@@ -14,7 +14,7 @@ namespace tandem::apps {
 
 Command add_logits_command(CLI::App& app) {
   struct Args {
-    std::string model, tokens, out, mode = "prefill", kv_dtype = "f16", isa = "auto";
+    std::string model, tokens, out, mode = "prefill", kv_dtype = "f16", isa = "auto", activations = "q8";
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -25,6 +25,8 @@ Command add_logits_command(CLI::App& app) {
   sub->add_option("--mode", a->mode, "prefill | decode | naive")->check(CLI::IsMember({"prefill", "decode", "naive"}));
   sub->add_option("--kv-dtype", a->kv_dtype, "f16 | f32")->check(CLI::IsMember({"f16", "f32"}));
   sub->add_option("--isa", a->isa, "kernel level: auto | avx2 | scalar");
+  sub->add_option("--activations", a->activations, "q8 (8-bit activations, fast) | f32 (exact products)")
+      ->check(CLI::IsMember({"q8", "f32"}));
   sub->add_option("-t,--threads", a->threads, "threads (0 = all cores)");
   return [a]() -> int {
     std::vector<int32_t> tokens;
@@ -34,6 +36,7 @@ Command add_logits_command(CLI::App& app) {
     set_threads(a->threads);
     ModelOptions opts;
     if (!cpu::parse_isa(a->isa, &opts.isa)) return fail(fmt::format("unknown or unsupported --isa '{}'", a->isa));
+    opts.quantized_activations = a->activations == "q8";
     auto model = LlamaModel::load(a->model, opts);
     if (!model.ok()) return fail(model.error().message);
     LlamaModel& m = *model.value();

@@ -23,6 +23,8 @@ void GenerationOptions::add_to(CLI::App* sub) {
   sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   sub->add_option("--kv-dtype", kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
   sub->add_option("--isa", isa, "kernel level: auto | avx2 | scalar");
+  sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q8_0 weights (fast, llama.cpp's numerics); f32: exact products")
+      ->check(CLI::IsMember({"q8", "f32"}));
   sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
 }
 
@@ -46,6 +48,7 @@ Result<LoadedModel> load_model(const GenerationOptions& o) {
   set_threads(o.threads);
   ModelOptions mo;
   if (!cpu::parse_isa(o.isa, &mo.isa)) return make_error("unknown or unsupported --isa '{}'", o.isa);
+  mo.quantized_activations = o.activations == "q8";
   auto m = LlamaModel::load(o.model, mo);
   if (!m.ok()) return m.error();
   auto tok = Tokenizer::from_gguf(m.value()->gguf());
@@ -56,8 +59,9 @@ Result<LoadedModel> load_model(const GenerationOptions& o) {
 void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o, int64_t kv_tokens) {
   if (o.quiet_stats) return;
   const LlamaConfig& c = m.config();
-  fmt::print(stderr, "\n\n--- tandem: {} ({}), {} threads, {} kernels ---\n", c.name.empty() ? c.arch : c.name,
-             c.arch, omp_threads(), cpu::isa_name(m.kernels().isa));
+  fmt::print(stderr, "\n\n--- tandem: {} ({}), {} threads, {} kernels, {} activations ---\n",
+             c.name.empty() ? c.arch : c.name, c.arch, omp_threads(), cpu::isa_name(m.kernels().isa),
+             m.kernels().quantized_activations ? "8-bit" : "f32");
   fmt::print(stderr, "prompt tokens  {}{}\n", st.n_prompt,
              st.n_reused ? fmt::format(" ({} reused from the KV cache)", st.n_reused) : "");
   fmt::print(stderr, "prefill        {} tokens in {:.2f} ms = {:.1f} tok/s   TTFT {:.2f} ms\n", st.n_prompt - st.n_reused,

@@ -28,6 +28,7 @@ struct GenerationOptions {
   bool ignore_eos = false;
   std::string kv_dtype = "f16";
   std::string isa = "auto";
+  std::string activations = "q8";
   bool quiet_stats = false;
 
   void add_to(CLI::App* sub);

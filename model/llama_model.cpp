@@ -19,7 +19,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, co
 Result<std::unique_ptr<LlamaModel>> LlamaModel::from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->opts_ = opts;
-  m->kernels_ = cpu::CpuKernels::for_isa(opts.isa);
+  m->kernels_ = cpu::CpuKernels::for_isa(opts.isa, opts.quantized_activations);
   auto cfg = LlamaConfig::from_gguf(*file);
   if (!cfg.ok()) return cfg.error();
   m->config_ = std::move(cfg.value());
@@ -79,7 +79,7 @@ void LlamaModel::embed(std::span<const int32_t> tokens) {
 // Prefill multiplies every weight by a block of tokens; decode by a single vector.
 void LlamaModel::project(Phase phase, const cpu::WeightMatrix& w, const float* in, int64_t n, float* out) const {
   if (phase == Phase::Decode)
-    cpu::matvec(w, in, out);
+    cpu::matvec(w, in, out, kernels_);
   else
     cpu::matmul(w, in, n, out, kernels_);
 }

@@ -26,6 +26,9 @@ enum class Phase { Prefill, Decode };
 struct ModelOptions {
   cpu::Isa isa = cpu::best_isa();
   int64_t max_prefill_chunk = 512;  // longer prompts run as several batched chunks
+  // 8-bit activations for Q4_0/Q4_1/Q8_0 weights (llama.cpp's numerics, faster); false keeps
+  // every product in float, which reference checks use.
+  bool quantized_activations = true;
 };
 
 class LlamaModel {

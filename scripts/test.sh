@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
-ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
+# Serially: the engine already uses every core (OpenMP), and two multi-threaded tests side by
+# side on 2 cores would oversubscribe them and crawl.
+ctest --test-dir build --output-on-failure "$@"

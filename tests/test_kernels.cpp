@@ -12,6 +12,7 @@
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
 namespace {
@@ -69,6 +70,48 @@ TEST(Kernels, EveryIsaDotMatchesReferenceAndScalarTwin) {
   }
 }
 
+TEST(Kernels, ActivationQuantizationSameOnEveryIsa) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(256);
+  for (auto& e : x) e = nd(rng) * 3.0f;
+  x[5] = 0.0f;
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block has scale 0
+  std::vector<BlockQ8Act> ref(8), got(8);
+  quantize_act_scalar(x.data(), ref.data(), 256);
+  for (int b = 0; b < 8; b++)  // each value is within half a step of its quantized value
+    for (int j = 0; j < 32; j++) ASSERT_NEAR(ref[b].qs[j] * ref[b].d, x[b * 32 + j], 0.51f * ref[b].d + 1e-3f * ref[b].d * 127);
+  EXPECT_EQ(ref[2].d, 0.0f);
+  for (Isa isa : supported_isas()) {
+    quantize_act_kernel(isa)(x.data(), got.data(), 256);
+    for (int b = 0; b < 8; b++) {
+      EXPECT_EQ(got[b].d, ref[b].d) << isa_name(isa);
+      EXPECT_EQ(got[b].s, ref[b].s) << isa_name(isa);
+      for (int j = 0; j < 32; j++) ASSERT_EQ(got[b].qs[j], ref[b].qs[j]) << isa_name(isa) << " block " << b << " " << j;
+    }
+  }
+}
+
+TEST(Kernels, QuantizedActivationDotsEveryIsa) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd;
+  for (const auto& v : load_vectors()) {
+    if (!has_quant_dot(v.type)) continue;
+    const int64_t n = (int64_t)v.values.size();
+    std::vector<float> x(n);
+    for (auto& e : x) e = nd(rng);
+    std::vector<BlockQ8Act> xq(n / 32);
+    quantize_act_scalar(x.data(), xq.data(), n);
+    double exact = 0.0, mag = 0.0;
+    for (int64_t i = 0; i < n; i++) exact += (double)v.values[i] * x[i], mag += std::fabs((double)v.values[i] * x[i]);
+    const float scalar = quant_dot_scalar(v.type, v.raw.data(), xq.data(), n);
+    EXPECT_NEAR(scalar, exact, 0.02 * mag) << dtype_name(v.type) << ": 8-bit activations stay close to exact";
+    for (Isa isa : supported_isas())
+      EXPECT_NEAR(quant_dot_kernel(v.type, isa)(v.raw.data(), xq.data(), n), scalar, 1e-5 * mag)
+          << dtype_name(v.type) << " " << isa_name(isa);
+  }
+}
+
 TEST(Kernels, F32DotAndAxpyEveryIsa) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
@@ -108,7 +151,7 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
     const int64_t rows = 512 / cols;
     for (Isa isa : supported_isas()) {
       const CpuKernels k = CpuKernels::for_isa(isa);
-      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type)};
+      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant_dot(v.type)};
       const int64_t T = 9;
       std::vector<float> X(T * cols), Y(T * rows), y(rows);
       std::mt19937 rng(1);
@@ -116,7 +159,7 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
       for (auto& e : X) e = nd(rng);
       matmul(w, X.data(), T, Y.data(), k);
       for (int64_t t = 0; t < T; t++) {
-        matvec(w, X.data() + t * cols, y.data());
+        matvec(w, X.data() + t * cols, y.data(), k);
         for (int64_t r = 0; r < rows; r++)
           ASSERT_NEAR(Y[t * rows + r], y[r], 1e-4f * (1 + std::fabs(y[r]))) << dtype_name(v.type) << " " << isa_name(isa);
       }

@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
 
@@ -40,7 +41,14 @@ AxpyFn axpy_kernel_avx2(DType x_type);
 struct CpuKernels {
   Isa isa = Isa::Scalar;
   F32DotFn dot_f32 = nullptr;
-  static CpuKernels for_isa(Isa isa) { return {isa, f32_dot_kernel(isa)}; }
+  QuantizeActFn quantize_act = nullptr;
+  // false: every product in float (exact, for reference checks); true: Q4_0/Q4_1/Q8_0 weights
+  // multiply 8-bit-quantized activations, as llama.cpp does (faster).
+  bool quantized_activations = true;
+  static CpuKernels for_isa(Isa isa, bool quantized_activations = true) {
+    return {isa, f32_dot_kernel(isa), quantize_act_kernel(isa), quantized_activations};
+  }
+  QuantDotFn quant_dot(DType t) const { return quantized_activations ? quant_dot_kernel(t, isa) : nullptr; }
   RowDotFn row_dot(DType t) const { return row_dot_kernel(t, isa); }
   AxpyFn axpy(DType t) const { return axpy_kernel(t, isa); }
 };

@@ -30,10 +30,10 @@ TEXT = ("The history of the bicycle begins in the early nineteenth century, when
         "to travel to work, to deliver goods and to explore the countryside.")
 
 
-def tandem_logits(tandem, model, tokens, mode, kv_dtype, vocab):
+def tandem_logits(tandem, model, tokens, mode, kv_dtype, acts, vocab):
     with tempfile.NamedTemporaryFile(suffix=".bin") as f:
         subprocess.run([tandem, "logits", "-m", model, "--tokens", " ".join(map(str, tokens)), "--mode", mode,
-                        "--kv-dtype", kv_dtype, "-o", f.name], check=True)
+                        "--kv-dtype", kv_dtype, "--activations", acts, "-o", f.name], check=True)
         return np.fromfile(f.name, dtype=np.float32).reshape(len(tokens), vocab)
 
 
@@ -44,15 +44,18 @@ def prompt_tokens(tandem, model, n):
     return (ids * (n // max(1, len(ids)) + 1))[:n]
 
 
-def check(tandem, model, n_tokens, tol):
+def check(tandem, model, n_tokens, tol, q8_tol):
     ref = RefModel(model)
     tokens = prompt_tokens(tandem, model, n_tokens)
     want = ref.forward(np.array(tokens))
     vocab = want.shape[1]
     ok = True
+    # Exact products must meet the tolerance; the f16 cache and the 8-bit activations (the
+    # default fast path, llama.cpp's numerics) add their own rounding, bounded more loosely.
+    configs = [("f32", "f32", tol), ("f16", "f32", 5 * tol), ("f16", "q8", q8_tol)]
     for mode in ("prefill", "decode", "naive"):
-        for kv_dtype, limit in (("f32", tol), ("f16", 5 * tol)):
-            got = tandem_logits(tandem, model, tokens, mode, kv_dtype, vocab)
+        for kv_dtype, acts, limit in configs:
+            got = tandem_logits(tandem, model, tokens, mode, kv_dtype, acts, vocab)
             diff = float(np.abs(got - want).max())
             top1 = int((got.argmax(-1) == want.argmax(-1)).sum())
             # A top-1 mismatch is only excused at a near-tie of the reference (margin < 2x the error).
@@ -61,7 +64,7 @@ def check(tandem, model, n_tokens, tol):
             bad = [p for p in range(len(tokens)) if got[p].argmax() != want[p].argmax() and margin[p] > 2 * diff]
             status = "ok" if diff < limit and not bad else "FAIL"
             ok &= status == "ok"
-            print(f"{os.path.basename(model)} {mode:7s} kv={kv_dtype}: max|diff| {diff:.2e} (limit {limit:.0e}), "
+            print(f"{os.path.basename(model)} {mode:7s} kv={kv_dtype} act={acts}: max|diff| {diff:.2e} (limit {limit:.0e}), "
                   f"top-1 same at {top1}/{len(tokens)} positions {status}")
     return ok
 
@@ -73,6 +76,9 @@ def main():
     ap.add_argument("--tiny-dir", help="write the tiny per-type models here and check them too")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--tol", type=float, default=1e-2)
+    # 8-bit activations round every block to 1/254 of its largest value; on SmolLM2 that moves
+    # logits (range about 40) by up to about 1.2, near-ties aside the top-1 stays the same.
+    ap.add_argument("--q8-tol", type=float, default=1.5, help="limit with 8-bit activations")
     a = ap.parse_args()
     models = [m for m in a.model if os.path.exists(m)]
     for m in a.model:
@@ -85,7 +91,7 @@ def main():
     if not models:
         print("SKIP: no model to check")
         return SKIP
-    ok = all([check(a.tandem, m, a.tokens, a.tol) for m in models])
+    ok = all([check(a.tandem, m, a.tokens, a.tol, a.q8_tol) for m in models])
     print("all paths match the reference" if ok else "MISMATCH against the reference")
     return 0 if ok else 1
 

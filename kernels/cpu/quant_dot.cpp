@@ -1,0 +1,77 @@
+#include "kernels/cpu/quant_dot.h"
+
+#include <cmath>
+
+#include "core/fp16.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace tandem::cpu {
+
+bool has_quant_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+
+void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; j++) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kQK; j++) {
+      out[b].qs[j] = (int8_t)std::nearbyint(x[j] * id);  // round half to even, as the SIMD path does
+      sum += out[b].qs[j];
+    }
+    out[b].d = fp16_to_fp32(fp32_to_fp16(d));
+    out[b].s = fp16_to_fp32(fp32_to_fp16(d * (float)sum));
+  }
+}
+
+float quant_dot_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n / kQK; b++) {
+    int sumi = 0;
+    switch (t) {
+      case DType::Q4_0: {
+        const auto& w = static_cast<const BlockQ4_0*>(row)[b];
+        for (int j = 0; j < kQK / 2; j++)
+          sumi += ((w.qs[j] & 0xF) - 8) * x[b].qs[j] + ((w.qs[j] >> 4) - 8) * x[b].qs[j + kQK / 2];
+        acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi;
+        break;
+      }
+      case DType::Q4_1: {
+        const auto& w = static_cast<const BlockQ4_1*>(row)[b];
+        for (int j = 0; j < kQK / 2; j++) sumi += (w.qs[j] & 0xF) * x[b].qs[j] + (w.qs[j] >> 4) * x[b].qs[j + kQK / 2];
+        acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi + fp16_to_fp32(w.m) * x[b].s;
+        break;
+      }
+      case DType::Q8_0: {
+        const auto& w = static_cast<const BlockQ8_0*>(row)[b];
+        for (int j = 0; j < kQK; j++) sumi += w.qs[j] * x[b].qs[j];
+        acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi;
+        break;
+      }
+      default: return 0.0f;
+    }
+  }
+  return acc;
+}
+
+template <DType T>
+static float quant_dot_scalar_t(const void* row, const BlockQ8Act* x, int64_t n) {
+  return quant_dot_scalar(T, row, x, n);
+}
+
+QuantizeActFn quantize_act_kernel(Isa isa) { return isa == Isa::Avx2 ? quantize_act_avx2 : quantize_act_scalar; }
+
+QuantDotFn quant_dot_kernel(DType t, Isa isa) {
+  if (isa == Isa::Avx2) {
+    if (QuantDotFn f = quant_dot_kernel_avx2(t)) return f;
+  }
+  switch (t) {
+    case DType::Q4_0: return quant_dot_scalar_t<DType::Q4_0>;
+    case DType::Q4_1: return quant_dot_scalar_t<DType::Q4_1>;
+    case DType::Q8_0: return quant_dot_scalar_t<DType::Q8_0>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,38 @@
+// Dot products of quantized weight rows with activations quantized to 8 bits, as llama.cpp
+// does for its legacy quant types: each 32-block of the activation gets a scale
+// d = max|x| / 127 (rounded to fp16) and int8 quants, so a weight block times an activation
+// block is one integer dot product and one multiply. Cheaper than decoding weights to float,
+// and numerically what the llama.cpp peer computes.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/isa.h"
+
+namespace tandem::cpu {
+
+struct BlockQ8Act {
+  float d;          // scale, fp16-rounded
+  float s;          // d * sum(qs), fp16-rounded (the Q4_1 offset term needs it)
+  int8_t qs[32];
+};
+
+// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q8_0.
+bool has_quant_dot(DType weight_type);
+
+// Quantizes n floats (a multiple of 32) into n / 32 blocks.
+using QuantizeActFn = void (*)(const float* x, BlockQ8Act* out, int64_t n);
+QuantizeActFn quantize_act_kernel(Isa isa);
+void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n);
+
+// sum_i dequant(row)[i] * dequant(x)[i] over n elements.
+using QuantDotFn = float (*)(const void* row, const BlockQ8Act* x, int64_t n);
+QuantDotFn quant_dot_kernel(DType weight_type, Isa isa);
+float quant_dot_scalar(DType weight_type, const void* row, const BlockQ8Act* x, int64_t n);
+
+// AVX2 versions (quant_dot_avx2.cpp).
+QuantDotFn quant_dot_kernel_avx2(DType weight_type);
+void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,127 @@
+// AVX2 8-bit-activation kernels. Compiled with -mavx2 -mfma -mf16c and called only after
+// run-time detection; like dot_avx2.cpp it defines and uses no shared inline helpers.
+#include <cstdint>
+
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_dot.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+namespace tandem::cpu {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float half(uint16_t h) { return _cvtsh_ss(h); }
+inline float round_half(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+
+// 32 nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles above.
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// Sum of unsigned bytes u times signed bytes s, as 8 floats (pairs summed in int16, then int32).
+inline __m256 dot_us8(__m256i u, __m256i s) {
+  const __m256i p16 = _mm256_maddubs_epi16(u, s);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// Signed x signed: move x's sign onto y so that maddubs sees |x| (unsigned).
+inline __m256 dot_ss8(__m256i x, __m256i y) { return dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
+
+float dot_q4_0(const void* row, const BlockQ8Act* x, int64_t n) {
+  const auto* w = static_cast<const BlockQ4_0*>(row);
+  const __m256i off = _mm256_set1_epi8(8);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; b++) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), off);
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), dot_ss8(q, y), acc);
+  }
+  return hsum(acc);
+}
+
+float dot_q4_1(const void* row, const BlockQ8Act* x, int64_t n) {
+  const auto* w = static_cast<const BlockQ4_1*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.0f;
+  for (int64_t b = 0; b < n / kQK; b++) {
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), dot_us8(unpack_nibbles(w[b].qs), y), acc);
+    offsets += half(w[b].m) * x[b].s;
+  }
+  return hsum(acc) + offsets;
+}
+
+float dot_q8_0(const void* row, const BlockQ8Act* x, int64_t n) {
+  const auto* w = static_cast<const BlockQ8_0*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; b++) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), dot_ss8(q, y), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace
+
+void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));  // round half to even
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    // Pack 32 int32 to 32 int8 in order: packs work per 128-bit lane, so fix the order after.
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), p);
+    out[b].d = round_half(d);
+    out[b].s = round_half(d * (float)_mm_cvtsi128_si32(s4));
+  }
+}
+
+QuantDotFn quant_dot_kernel_avx2(DType t) {
+  switch (t) {
+    case DType::Q4_0: return dot_q4_0;
+    case DType::Q4_1: return dot_q4_1;
+    case DType::Q8_0: return dot_q8_0;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::cpu
+
+#else
+
+namespace tandem::cpu {
+QuantDotFn quant_dot_kernel_avx2(DType) { return nullptr; }
+void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) { quantize_act_scalar(x, out, n); }
+}  // namespace tandem::cpu
+
+#endif
