@@ -76,12 +76,14 @@ void LlamaModel::embed(std::span<const int32_t> tokens) {
     cpu::dequantize_row(e.type, e.row(tokens[t]), x_.data() + t * config_.n_embd, config_.n_embd);
 }
 
-// Prefill multiplies every weight by a block of tokens; decode by a single vector.
-void LlamaModel::project(Phase phase, const cpu::WeightMatrix& w, const float* in, int64_t n, float* out) const {
+// Prefill multiplies every weight by a block of tokens (matrix-matrix); decode by a single
+// vector (matrix-vector). Weights that read the same input run as one group.
+void LlamaModel::project(Phase phase, std::initializer_list<cpu::Projection> group, const float* in, int64_t n) const {
+  const std::span<const cpu::Projection> g(group.begin(), group.size());
   if (phase == Phase::Decode)
-    cpu::matvec(w, in, out, kernels_);
+    cpu::matmul_group(g, in, 1, kernels_);
   else
-    cpu::matmul(w, in, n, out, kernels_);
+    cpu::matmul_group(g, in, n, kernels_);
 }
 
 void LlamaModel::run_layers(Phase phase, KvCache& kv, int64_t n, int64_t pos0) {
@@ -92,24 +94,21 @@ void LlamaModel::run_layers(Phase phase, KvCache& kv, int64_t n, int64_t pos0) {
     const LlamaLayerWeights& L = weights_.layers[li];
     // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
     for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.attn_norm.data(), &xb_[t * d], d, c.rms_eps);
-    project(phase, L.wq, xb_.data(), n, q_.data());
-    project(phase, L.wk, xb_.data(), n, k_.data());
-    project(phase, L.wv, xb_.data(), n, v_.data());
+    project(phase, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), n);
     for (int64_t t = 0; t < n; t++) {
       cpu::rope(&q_[t * c.q_dim()], c.n_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
       cpu::rope(&k_[t * c.kv_dim()], c.n_kv_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
     }
     kv.store(li, pos0, k_.data(), v_.data(), n);
     cpu::attention(q_.data(), kv.k(li), kv.v(li), kv.shape().dtype, n, pos0, shape, att_.data(), kernels_);
-    project(phase, L.wo, att_.data(), n, proj_.data());
+    project(phase, {{&L.wo, proj_.data()}}, att_.data(), n);
     cpu::add_inplace(x_.data(), proj_.data(), n * d);
 
     // Feed-forward sub-block (SwiGLU): x += W_down (silu(W_gate xb) * W_up xb).
     for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.ffn_norm.data(), &xb_[t * d], d, c.rms_eps);
-    project(phase, L.w_gate, xb_.data(), n, gate_.data());
-    project(phase, L.w_up, xb_.data(), n, up_.data());
+    project(phase, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xb_.data(), n);
     cpu::silu_mul(gate_.data(), up_.data(), n * c.n_ff);
-    project(phase, L.w_down, gate_.data(), n, proj_.data());
+    project(phase, {{&L.w_down, proj_.data()}}, gate_.data(), n);
     cpu::add_inplace(x_.data(), proj_.data(), n * d);
   }
   kv.advance(n);
@@ -119,7 +118,7 @@ void LlamaModel::compute_logits(Phase phase, int64_t first_row, int64_t n_rows, 
   const int64_t d = config_.n_embd;
   for (int64_t r = 0; r < n_rows; r++)
     cpu::rmsnorm(&x_[(first_row + r) * d], weights_.output_norm.data(), &xb_[r * d], d, config_.rms_eps);
-  project(n_rows == 1 ? Phase::Decode : phase, weights_.output, xb_.data(), n_rows, out);
+  project(n_rows == 1 ? Phase::Decode : phase, {{&weights_.output, out}}, xb_.data(), n_rows);
 }
 
 Result<std::span<const float>> LlamaModel::prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/matmul.h"
 #include "kv/kv_cache.h"
 #include "model/llama_config.h"
 #include "model/llama_weights.h"
@@ -63,7 +65,7 @@ class LlamaModel {
   void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
   void embed(std::span<const int32_t> tokens);
   void run_layers(Phase phase, KvCache& kv, int64_t n_tokens, int64_t pos0);
-  void project(Phase phase, const cpu::WeightMatrix& w, const float* in, int64_t n_tokens, float* out) const;
+  void project(Phase phase, std::initializer_list<cpu::Projection> group, const float* in, int64_t n_tokens) const;
   void compute_logits(Phase phase, int64_t first_row, int64_t n_rows, float* out);
 
   std::unique_ptr<GgufFile> file_;

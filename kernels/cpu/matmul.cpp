@@ -9,67 +9,69 @@ namespace tandem::cpu {
 
 namespace {
 
-constexpr int64_t kRowTile = 16;  // weight rows that meet each token together (stay in L1/L2)
+struct Tile {
+  int p;        // index into the group
+  int64_t r0;   // first row
+  int64_t nr;   // rows
+};
 
-// The 8-bit-activation product: quantize each token row once, then integer dots.
-void matmul_q8(const WeightMatrix& w, const float* X, int64_t n_tokens, float* Y, const CpuKernels& k) {
-  const int64_t nb = w.cols / 32;
-  std::vector<BlockQ8Act> xq((size_t)(n_tokens * nb));  // [n_tokens, cols / 32]
-  const int64_t n_tiles = (w.rows + kRowTile - 1) / kRowTile;
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * w.cols, xq.data() + t * nb, w.cols);
-#pragma omp for schedule(static)
-    for (int64_t ti = 0; ti < n_tiles; ti++) {
-      const int64_t r0 = ti * kRowTile;
-      const int64_t nr = std::min(kRowTile, w.rows - r0);
-      for (int64_t t = 0; t < n_tokens; t++) {
-        float* yt = Y + t * w.rows + r0;
-        const BlockQ8Act* xt = xq.data() + t * nb;
-        for (int64_t r = 0; r < nr; r++) yt[r] = w.qdot(w.row(r0 + r), xt, w.cols);
-      }
-    }
-  }
-}
+// Float-path rows are decoded to float once per tile only when enough tokens reuse them.
+constexpr int64_t kDecodeRowsMinTokens = 4;
 
 }  // namespace
 
-void matvec(const WeightMatrix& w, const float* x, float* y, const CpuKernels& k) {
-  if (w.qdot) {
-    matmul_q8(w, x, 1, y, k);
-    return;
+void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
+  const int64_t cols = group[0].w->cols;
+  const int64_t nb = cols / 32;
+  // Decode: small tiles so both threads get even shares; prefill: tiles that stay in cache.
+  const int64_t tile_rows = n_tokens == 1 ? 32 : 16;
+  std::vector<Tile> tiles;
+  bool any_q8 = false, any_decoded = false;
+  for (size_t p = 0; p < group.size(); p++) {
+    const WeightMatrix& w = *group[p].w;
+    any_q8 |= w.qdot != nullptr;
+    any_decoded |= !w.qdot && n_tokens >= kDecodeRowsMinTokens;
+    for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) tiles.push_back({(int)p, r0, std::min(tile_rows, w.rows - r0)});
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < w.rows; r++) y[r] = w.dot(w.row(r), x, w.cols);
-}
-
-void matmul(const WeightMatrix& w, const float* X, int64_t n_tokens, float* Y, const CpuKernels& k) {
-  if (w.qdot) {
-    matmul_q8(w, X, n_tokens, Y, k);
-    return;
-  }
-  // With few tokens, decoding each row to float costs more than it saves.
-  if (n_tokens < 4) {
-    for (int64_t t = 0; t < n_tokens; t++) matvec(w, X + t * w.cols, Y + t * w.rows, k);
-    return;
-  }
-  const int64_t n_tiles = (w.rows + kRowTile - 1) / kRowTile;
+  std::vector<BlockQ8Act> xq(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
+  if (any_q8 && n_tokens == 1) k.quantize_act(X, xq.data(), cols);   // too small to split
+  const int64_t n_tiles = (int64_t)tiles.size();
 #pragma omp parallel
   {
-    std::vector<float> tile((size_t)kRowTile * w.cols);  // [kRowTile, cols] decoded weights
+    if (any_q8 && n_tokens > 1) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, xq.data() + t * nb, cols);
+    }
+    std::vector<float> decoded(any_decoded ? (size_t)(tile_rows * cols) : 0);  // [tile_rows, cols]
 #pragma omp for schedule(static)
     for (int64_t ti = 0; ti < n_tiles; ti++) {
-      const int64_t r0 = ti * kRowTile;
-      const int64_t nr = std::min(kRowTile, w.rows - r0);
-      for (int64_t r = 0; r < nr; r++) dequantize_row(w.type, w.row(r0 + r), tile.data() + r * w.cols, w.cols);
-      for (int64_t t = 0; t < n_tokens; t++) {
-        const float* xt = X + t * w.cols;
-        float* yt = Y + t * w.rows + r0;
-        for (int64_t r = 0; r < nr; r++) yt[r] = k.dot_f32(tile.data() + r * w.cols, xt, w.cols);
+      const Tile& tile = tiles[ti];
+      const WeightMatrix& w = *group[tile.p].w;
+      float* out = group[tile.p].out + tile.r0;
+      if (w.qdot) {
+        for (int64_t t = 0; t < n_tokens; t++)
+          for (int64_t r = 0; r < tile.nr; r++)
+            out[t * w.rows + r] = w.qdot(w.row(tile.r0 + r), xq.data() + t * nb, cols);
+      } else if (n_tokens < kDecodeRowsMinTokens) {
+        for (int64_t t = 0; t < n_tokens; t++)
+          for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = w.dot(w.row(tile.r0 + r), X + t * cols, cols);
+      } else {
+        for (int64_t r = 0; r < tile.nr; r++) dequantize_row(w.type, w.row(tile.r0 + r), decoded.data() + r * cols, cols);
+        for (int64_t t = 0; t < n_tokens; t++)
+          for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = k.dot_f32(decoded.data() + r * cols, X + t * cols, cols);
       }
     }
   }
+}
+
+void matvec(const WeightMatrix& w, const float* x, float* y, const CpuKernels& k) {
+  const Projection p{&w, y};
+  matmul_group({&p, 1}, x, 1, k);
+}
+
+void matmul(const WeightMatrix& w, const float* X, int64_t n_tokens, float* Y, const CpuKernels& k) {
+  const Projection p{&w, Y};
+  matmul_group({&p, 1}, X, n_tokens, k);
 }
 
 }  // namespace tandem::cpu

@@ -1,9 +1,10 @@
-// Products of a weight matrix with activations: matvec for decode (one token, bandwidth-bound)
-// and matmul for prefill (many tokens, each dequantized weight row reused across all of them).
+// Products of weight matrices with activations: matvec for decode (one token, bandwidth-bound)
+// and matmul for prefill (many tokens, each weight row reused across all of them).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 #include "kernels/cpu/dot.h"
@@ -17,19 +18,28 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_bytes = 0;
-  RowDotFn dot = nullptr;    // fused dequant-dot with float activations, chosen for the model's ISA
-  QuantDotFn qdot = nullptr;  // dot with 8-bit activations; when set, matvec/matmul use it
+  RowDotFn dot = nullptr;     // fused dequant-dot with float activations, chosen for the model's ISA
+  QuantDotFn qdot = nullptr;  // dot with 8-bit activations; when set, products use it
 
   const uint8_t* row(int64_t r) const { return data + (size_t)r * row_bytes; }
   size_t bytes() const { return (size_t)rows * row_bytes; }
 };
 
-// y[rows] = W x[cols]. Threads split the rows.
-void matvec(const WeightMatrix& w, const float* x, float* y, const CpuKernels& k);
+// One weight applied to a shared input: out[n_tokens, w->rows].
+struct Projection {
+  const WeightMatrix* w;
+  float* out;
+};
 
-// Y[n_tokens, rows] = X[n_tokens, cols] W^T. Threads split the rows. With 8-bit activations
-// every token row is quantized once and each tile of weight rows meets every token; otherwise
-// each thread decodes a tile of rows to float once and reuses it for every token.
+// out = X W^T for every projection in the group, X: [n_tokens, cols] shared by all of them
+// (same cols). One parallel pass: the input is quantized once, threads split the weights'
+// row tiles, and each tile meets every token while it is in cache. With few tokens rows use
+// the fused dequant-dot; with many, float-path rows are decoded to float once per tile.
+void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k);
+
+// y[rows] = W x[cols] (decode).
+void matvec(const WeightMatrix& w, const float* x, float* y, const CpuKernels& k);
+// Y[n_tokens, rows] = X[n_tokens, cols] W^T (prefill).
 void matmul(const WeightMatrix& w, const float* X, int64_t n_tokens, float* Y, const CpuKernels& k);
 
 }  // namespace tandem::cpu

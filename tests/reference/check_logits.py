@@ -64,7 +64,7 @@ def check(tandem, model, n_tokens, tol, q8_tol):
             bad = [p for p in range(len(tokens)) if got[p].argmax() != want[p].argmax() and margin[p] > 2 * diff]
             status = "ok" if diff < limit and not bad else "FAIL"
             ok &= status == "ok"
-            print(f"{os.path.basename(model)} {mode:7s} kv={kv_dtype} act={acts}: max|diff| {diff:.2e} (limit {limit:.0e}), "
+            print(f"{os.path.basename(model)} {mode:7s} kv={kv_dtype} act={acts}: max|diff| {diff:.2e} (limit {limit:.1e}), "
                   f"top-1 same at {top1}/{len(tokens)} positions {status}")
     return ok
 
