@@ -1,11 +1,24 @@
 #include "kernels/cpu/isa.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace tandem::cpu {
 
+// CPUID directly (every compiler agrees on its bits): AVX2, FMA and F16C, and the OS saving
+// the AVX registers (XGETBV), which a hypervisor may withhold.
 static bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), f16c = c & (1u << 29);
+  if (!fma || !osxsave || !f16c) return false;
+  unsigned xlo, xhi;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 6) != 6) return false;  // XMM and YMM state enabled
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return b & (1u << 5);
 #else
   return false;
 #endif
