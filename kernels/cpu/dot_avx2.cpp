@@ -1,6 +1,7 @@
 // AVX2 + FMA + F16C dot kernels. This file is compiled with those flags and called only after
 // run-time detection, so it must not define or use shared inline helpers (the linker could pick
-// this AVX2 copy for scalar callers): only intrinsics, file-local functions and external calls.
+// this AVX2 copy for scalar callers): only intrinsics, static helpers (avx2_helpers.h),
+// file-local functions and external calls.
 #include <cstdint>
 
 #include "kernels/cpu/dequantize.h"
@@ -10,17 +11,13 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_helpers.h"
+
 namespace tandem::cpu {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half(uint16_t h) { return _cvtsh_ss(h); }
+using avx2::half;
+using avx2::hsum;
 
 // 8 unsigned bytes -> 8 floats.
 inline __m256 u8x8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }

@@ -1,5 +1,5 @@
 // AVX2 8-bit-activation kernels. Compiled with -mavx2 -mfma -mf16c and called only after
-// run-time detection; like dot_avx2.cpp it defines and uses no shared inline helpers.
+// run-time detection; like dot_avx2.cpp it uses no shared (non-static) inline helpers.
 #include <cstdint>
 
 #include "kernels/cpu/quant_blocks.h"
@@ -8,17 +8,13 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_helpers.h"
+
 namespace tandem::cpu {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half(uint16_t h) { return _cvtsh_ss(h); }
+using avx2::half;
+using avx2::hsum;
 inline float round_half(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 
 // 32 nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles above.
