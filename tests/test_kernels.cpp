@@ -109,6 +109,15 @@ TEST(Kernels, QuantizedActivationDotsEveryIsa) {
     for (Isa isa : supported_isas())
       EXPECT_NEAR(quant_dot_kernel(v.type, isa)(v.raw.data(), xq.data(), n), scalar, 1e-5 * mag)
           << dtype_name(v.type) << " " << isa_name(isa);
+    // Four tokens at once: rows of 64 elements (2 blocks) against 4 token rows of xq.
+    const int64_t cols = 64, stride = 4;  // token j starts at block j * stride
+    for (Isa isa : supported_isas()) {
+      float got[4];
+      quant_dot4_kernel(v.type, isa)(v.raw.data(), xq.data(), stride, cols, got);
+      for (int j = 0; j < 4; j++)
+        EXPECT_NEAR(got[j], quant_dot_scalar(v.type, v.raw.data(), xq.data() + j * stride, cols), 1e-5 * mag)
+            << dtype_name(v.type) << " " << isa_name(isa) << " token " << j;
+    }
   }
 }
 
@@ -151,7 +160,8 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
     const int64_t rows = 512 / cols;
     for (Isa isa : supported_isas()) {
       const CpuKernels k = CpuKernels::for_isa(isa);
-      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant_dot(v.type)};
+      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant_dot(v.type),
+                     k.quant_dot4(v.type)};
       const int64_t T = 9;
       std::vector<float> X(T * cols), Y(T * rows), y(rows);
       std::mt19937 rng(1);

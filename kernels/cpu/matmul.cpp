@@ -49,7 +49,16 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
       const WeightMatrix& w = *group[tile.p].w;
       float* out = group[tile.p].out + tile.r0;
       if (w.qdot) {
-        for (int64_t t = 0; t < n_tokens; t++)
+        int64_t t = 0;
+        if (w.qdot4) {  // four tokens per weight-row pass
+          float res[4];
+          for (; t + 4 <= n_tokens; t += 4)
+            for (int64_t r = 0; r < tile.nr; r++) {
+              w.qdot4(w.row(tile.r0 + r), xq.data() + t * nb, nb, cols, res);
+              for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j];
+            }
+        }
+        for (; t < n_tokens; t++)
           for (int64_t r = 0; r < tile.nr; r++)
             out[t * w.rows + r] = w.qdot(w.row(tile.r0 + r), xq.data() + t * nb, cols);
       } else if (n_tokens < kDecodeRowsMinTokens) {

@@ -68,7 +68,55 @@ float dot_q8_0(const void* row, const BlockQ8Act* x, int64_t n) {
   return hsum(acc);
 }
 
+// The weight block as signed or unsigned bytes, ready for dot_us8 / dot_ss8, and its scales.
+struct WeightBlock {
+  __m256i q;
+  float d, m;
+};
+
+template <DType T>
+inline WeightBlock load_block(const void* row, int64_t b) {
+  if constexpr (T == DType::Q4_0) {
+    const auto& w = static_cast<const BlockQ4_0*>(row)[b];
+    return {_mm256_sub_epi8(unpack_nibbles(w.qs), _mm256_set1_epi8(8)), half(w.d), 0.0f};
+  } else if constexpr (T == DType::Q4_1) {
+    const auto& w = static_cast<const BlockQ4_1*>(row)[b];
+    return {unpack_nibbles(w.qs), half(w.d), half(w.m)};
+  } else {
+    const auto& w = static_cast<const BlockQ8_0*>(row)[b];
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)), half(w.d), 0.0f};
+  }
+}
+
+template <DType T>
+void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  float offsets[4] = {0, 0, 0, 0};
+  for (int64_t b = 0; b < n / kQK; b++) {
+    const WeightBlock w = load_block<T>(row, b);
+    // Q4_1 quants are unsigned (0..15) and go straight into maddubs; the others carry a sign.
+    const __m256i wa = T == DType::Q4_1 ? w.q : _mm256_sign_epi8(w.q, w.q);
+    for (int j = 0; j < 4; j++) {
+      const BlockQ8Act& xb = x[j * stride + b];
+      __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
+      if (T != DType::Q4_1) y = _mm256_sign_epi8(y, w.q);
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * xb.d), dot_us8(wa, y), acc[j]);
+      if (T == DType::Q4_1) offsets[j] += w.m * xb.s;
+    }
+  }
+  for (int j = 0; j < 4; j++) out[j] = hsum(acc[j]) + offsets[j];
+}
+
 }  // namespace
+
+QuantDot4Fn quant_dot4_kernel_avx2(DType t) {
+  switch (t) {
+    case DType::Q4_0: return dot4<DType::Q4_0>;
+    case DType::Q4_1: return dot4<DType::Q4_1>;
+    case DType::Q8_0: return dot4<DType::Q8_0>;
+    default: return nullptr;
+  }
+}
 
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -117,6 +165,7 @@ QuantDotFn quant_dot_kernel_avx2(DType t) {
 
 namespace tandem::cpu {
 QuantDotFn quant_dot_kernel_avx2(DType) { return nullptr; }
+QuantDot4Fn quant_dot4_kernel_avx2(DType) { return nullptr; }
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) { quantize_act_scalar(x, out, n); }
 }  // namespace tandem::cpu
 
