@@ -134,13 +134,19 @@ TEST(Model, LoaderNamesWhatIsWrong) {
   EXPECT_FALSE(missing.ok());
 }
 
+// Greedy, never stopping early: every run generates exactly n tokens.
+GenerationConfig greedy(int n) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = n;
+  cfg.sampling.temperature = 0;
+  cfg.stop_at_eog = false;
+  return cfg;
+}
+
 TEST(Model, GreedyGenerationSameWithAndWithoutCache) {
   auto m = tiny(TinyShape{});
   Generator gen(*m);
-  GenerationConfig cfg;
-  cfg.max_new_tokens = 24;
-  cfg.sampling.temperature = 0;
-  cfg.stop_at_eog = false;
+  GenerationConfig cfg = greedy(24);
   std::vector<int32_t> cached, naive;
   auto a = gen.generate({3, 4, 5}, cfg, [&](int32_t t) { return cached.push_back(t), true; });
   ASSERT_TRUE(a.ok()) << a.error().message;
@@ -157,10 +163,7 @@ TEST(Model, GreedyGenerationSameWithAndWithoutCache) {
 TEST(Model, MultiTurnReusesTheCachedPrefix) {
   auto m = tiny(TinyShape{});
   Generator gen(*m);
-  GenerationConfig cfg;
-  cfg.max_new_tokens = 4;
-  cfg.sampling.temperature = 0;
-  cfg.stop_at_eog = false;
+  const GenerationConfig cfg = greedy(4);
   auto kv = m->new_kv_cache(64);
   std::vector<int32_t> history;
   auto noop = [](int32_t) { return true; };
