@@ -76,17 +76,14 @@ void LlamaModel::embed(std::span<const int32_t> tokens) {
     cpu::dequantize_row(e.type, e.row(tokens[t]), x_.data() + t * config_.n_embd, config_.n_embd);
 }
 
-// Prefill multiplies every weight by a block of tokens (matrix-matrix); decode by a single
-// vector (matrix-vector). Weights that read the same input run as one group.
-void LlamaModel::project(Phase phase, std::initializer_list<cpu::Projection> group, const float* in, int64_t n) const {
-  const std::span<const cpu::Projection> g(group.begin(), group.size());
-  if (phase == Phase::Decode)
-    cpu::matmul_group(g, in, 1, kernels_);
-  else
-    cpu::matmul_group(g, in, n, kernels_);
+// Prefill multiplies every weight by a block of n tokens (matrix-matrix); decode, with n == 1,
+// by a single vector (matrix-vector: matmul_group then splits rows finely and uses the fused
+// dots). Weights that read the same input run as one group.
+void LlamaModel::project(std::initializer_list<cpu::Projection> group, const float* in, int64_t n) const {
+  cpu::matmul_group(std::span<const cpu::Projection>(group.begin(), group.size()), in, n, kernels_);
 }
 
-void LlamaModel::run_layers(Phase phase, KvCache& kv, int64_t n, int64_t pos0) {
+void LlamaModel::run_layers(KvCache& kv, int64_t n, int64_t pos0) {
   const LlamaConfig& c = config_;
   const int64_t d = c.n_embd;
   const cpu::AttentionShape shape{c.n_head, c.n_kv_head, c.head_dim};
@@ -94,31 +91,31 @@ void LlamaModel::run_layers(Phase phase, KvCache& kv, int64_t n, int64_t pos0) {
     const LlamaLayerWeights& L = weights_.layers[li];
     // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
     for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.attn_norm.data(), &xb_[t * d], d, c.rms_eps);
-    project(phase, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), n);
+    project({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), n);
     for (int64_t t = 0; t < n; t++) {
       cpu::rope(&q_[t * c.q_dim()], c.n_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
       cpu::rope(&k_[t * c.kv_dim()], c.n_kv_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
     }
     kv.store(li, pos0, k_.data(), v_.data(), n);
     cpu::attention(q_.data(), kv.k(li), kv.v(li), kv.shape().dtype, n, pos0, shape, att_.data(), kernels_);
-    project(phase, {{&L.wo, proj_.data()}}, att_.data(), n);
+    project({{&L.wo, proj_.data()}}, att_.data(), n);
     cpu::add_inplace(x_.data(), proj_.data(), n * d);
 
     // Feed-forward sub-block (SwiGLU): x += W_down (silu(W_gate xb) * W_up xb).
     for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.ffn_norm.data(), &xb_[t * d], d, c.rms_eps);
-    project(phase, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xb_.data(), n);
+    project({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xb_.data(), n);
     cpu::silu_mul(gate_.data(), up_.data(), n * c.n_ff);
-    project(phase, {{&L.w_down, proj_.data()}}, gate_.data(), n);
+    project({{&L.w_down, proj_.data()}}, gate_.data(), n);
     cpu::add_inplace(x_.data(), proj_.data(), n * d);
   }
   kv.advance(n);
 }
 
-void LlamaModel::compute_logits(Phase phase, int64_t first_row, int64_t n_rows, float* out) {
+void LlamaModel::compute_logits(int64_t first_row, int64_t n_rows, float* out) {
   const int64_t d = config_.n_embd;
   for (int64_t r = 0; r < n_rows; r++)
     cpu::rmsnorm(&x_[(first_row + r) * d], weights_.output_norm.data(), &xb_[r * d], d, config_.rms_eps);
-  project(n_rows == 1 ? Phase::Decode : phase, {{&weights_.output, out}}, xb_.data(), n_rows);
+  project({{&weights_.output, out}}, xb_.data(), n_rows);
 }
 
 Result<std::span<const float>> LlamaModel::prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits) {
@@ -134,11 +131,11 @@ Result<std::span<const float>> LlamaModel::prefill(KvCache& kv, std::span<const 
   for (int64_t start = 0; start < n_total; start += chunk) {
     const int64_t n = std::min(chunk, n_total - start);
     embed(tokens.subspan(start, n));
-    run_layers(Phase::Prefill, kv, n, kv.size());
+    run_layers(kv, n, kv.size());
     if (all_logits)
-      compute_logits(Phase::Prefill, 0, n, logits_.data() + start * V);
+      compute_logits(0, n, logits_.data() + start * V);
     else if (start + n == n_total)
-      compute_logits(Phase::Prefill, n - 1, 1, logits_.data());
+      compute_logits(n - 1, 1, logits_.data());
   }
   return std::span<const float>(logits_.data(), (all_logits ? n_total : 1) * V);
 }
@@ -149,8 +146,8 @@ Result<std::span<const float>> LlamaModel::decode(KvCache& kv, int32_t token) {
     return make_error("context full: the KV cache holds {} positions and all are used", kv.capacity());
   ensure_scratch(1, 1);
   embed(std::span<const int32_t>(&token, 1));
-  run_layers(Phase::Decode, kv, 1, kv.size());
-  compute_logits(Phase::Decode, 0, 1, logits_.data());
+  run_layers(kv, 1, kv.size());
+  compute_logits(0, 1, logits_.data());
   return std::span<const float>(logits_.data(), config_.n_vocab);
 }
 

@@ -23,8 +23,6 @@
 
 namespace tandem {
 
-enum class Phase { Prefill, Decode };
-
 struct ModelOptions {
   cpu::Isa isa = cpu::best_isa();
   int64_t max_prefill_chunk = 512;  // longer prompts run as several batched chunks
@@ -64,9 +62,11 @@ class LlamaModel {
   Status check_tokens(std::span<const int32_t> tokens) const;
   void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
   void embed(std::span<const int32_t> tokens);
-  void run_layers(Phase phase, KvCache& kv, int64_t n_tokens, int64_t pos0);
-  void project(Phase phase, std::initializer_list<cpu::Projection> group, const float* in, int64_t n_tokens) const;
-  void compute_logits(Phase phase, int64_t first_row, int64_t n_rows, float* out);
+  // The transformer layers over n_tokens at positions [pos0, pos0 + n_tokens): prefill runs
+  // them with a block of tokens, decode with one.
+  void run_layers(KvCache& kv, int64_t n_tokens, int64_t pos0);
+  void project(std::initializer_list<cpu::Projection> group, const float* in, int64_t n_tokens) const;
+  void compute_logits(int64_t first_row, int64_t n_rows, float* out);
 
   std::unique_ptr<GgufFile> file_;
   LlamaConfig config_;
