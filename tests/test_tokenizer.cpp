@@ -56,13 +56,13 @@ TEST_P(TokenizerVectors, MatchLlamaCppIds) {
     // Byte-level BPE and SentencePiece with byte fallback both round-trip the text.
     std::string back = tok.value()->decode(got);
     if (tok.value()->vocab().add_space_prefix && !back.empty() && back[0] == ' ') back.erase(0, 1);
-    if (tok.value()->vocab().kind == VocabKind::Bpe) EXPECT_EQ(back, text) << "round trip of case " << checked;
+    EXPECT_EQ(back, text) << "round trip of case " << checked;
     checked++;
   }
   EXPECT_GT(checked, 30);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabs, TokenizerVectors, ::testing::Values("gpt-2", "llama-spm", "phi-3", "falcon", "mpt"),
+INSTANTIATE_TEST_SUITE_P(Vocabs, TokenizerVectors, ::testing::Values("gpt-2", "llama-spm", "phi-3", "falcon", "mpt", "deepseek-llm"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -86,6 +86,32 @@ TEST(Tokenizer, PreTokenizerSplitsLikeGpt2) {
   const auto digits = s.value()->split("a 2026");
   const std::vector<std::string_view> want2 = {"a", " ", "2", "0", "2", "6"};
   EXPECT_EQ(digits, want2);
+}
+
+// Every scheme compiles, and its pieces tile the text exactly (nothing dropped or repeated),
+// including on invalid UTF-8.
+TEST(Tokenizer, EveryPreTokenizerCompilesAndTilesItsInput) {
+  const std::string text = "Hello World's 1234567 caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd!!\n\n  \tend  \xff\xfe x";
+  const auto names = pretokenizer_names();
+  EXPECT_GT(names.size(), 60u);
+  for (const std::string& name : names) {
+    auto p = PreTokenizer::create(name);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.error().message;
+    std::string joined;
+    for (std::string_view piece : p.value()->split(text)) {
+      EXPECT_FALSE(piece.empty()) << name;
+      joined += piece;
+    }
+    EXPECT_EQ(joined, text) << name;
+  }
+}
+
+TEST(Tokenizer, DeepseekLlmSplitsLettersPunctuationAndTrailingSpace) {
+  auto p = PreTokenizer::create("deepseek-llm");
+  ASSERT_TRUE(p.ok());
+  const auto pieces = p.value()->split("Hi, 42\n  ");
+  const std::vector<std::string_view> want = {"Hi", ",", " ", "42", "\n", "  "};
+  EXPECT_EQ(pieces, want);
 }
 
 TEST(Utf8, StreamerNeverSplitsACharacter) {

@@ -31,5 +31,7 @@ class PreTokenizer {
 
 // The regex list for a pre-tokenizer name; empty when unknown.
 std::vector<std::string> pretokenizer_regexes(std::string_view name);
+// Every tokenizer.ggml.pre name tandem supports.
+std::vector<std::string> pretokenizer_names();
 
 }  // namespace tandem
