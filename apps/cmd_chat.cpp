@@ -30,7 +30,7 @@ Command add_chat_command(CLI::App& app) {
     if (!lm.ok()) return fail(lm.error().message);
     LlamaModel& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
-    auto tmpl = ChatTemplate::from_gguf(model.gguf());
+    auto tmpl = ChatTemplate::from_gguf(model.gguf(), tok.vocab());
     if (!tmpl.ok()) return fail(tmpl.error().message);
     if (a->gen.no_kv_cache) return fail("chat keeps its KV cache across turns; use `tandem run --no-kv-cache` for naive mode");
     const int64_t ctx = std::min<int64_t>(a->ctx, model.config().n_ctx_train);
@@ -53,7 +53,9 @@ Command add_chat_command(CLI::App& app) {
         line = a->prompt;
       }
       messages.push_back({"user", line});
-      const auto prompt = tok.encode(tmpl->render(messages, true), tok.vocab().add_bos, true);
+      auto text = tmpl->render(messages, true);
+      if (!text.ok()) return fail(text.error().message);
+      const auto prompt = tok.encode_chat(text.value());
       std::string reply;
       Utf8Streamer out;
       auto st = gen.generate_in(kv.value(), history, prompt, cfg, [&](int32_t t) {

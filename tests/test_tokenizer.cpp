@@ -5,7 +5,6 @@
 
 #include "gguf/gguf_file.h"
 #include "test_paths.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -123,24 +122,6 @@ TEST(Utf8, StreamerNeverSplitsACharacter) {
   EXPECT_EQ(s.push("\xf0\x9f"), "");
   EXPECT_EQ(s.flush(), "\xf0\x9f");
   EXPECT_EQ(utf8_chars("a\xe2\x82\xac\xff").size(), 3u);
-}
-
-TEST(ChatTemplate, ChatMlWithDefaultSystem) {
-  const std::string src =
-      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
-      "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
-      "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
-      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
-  auto t = ChatTemplate::from_source(src);
-  ASSERT_TRUE(t.ok()) << t.error().message;
-  EXPECT_EQ(t->render({{"user", "Hi"}}, true),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(t->render({{"system", "Be brief."}, {"user", "Hi"}}, false),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
-  auto bad = ChatTemplate::from_source("{{ bos_token }}[INST] weird [/INST]");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().message.find("not supported"), std::string::npos);
 }
 
 TEST(Tokenizer, SmolLmSpecialTokensAndRoundTrip) {

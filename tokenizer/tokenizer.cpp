@@ -111,6 +111,12 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(Vocab vocab) {
   return t;
 }
 
+std::vector<int32_t> Tokenizer::encode_chat(std::string_view text) const {
+  std::vector<int32_t> ids = encode(text, vocab_.add_bos, true);
+  if (vocab_.add_bos && ids.size() >= 2 && ids[0] == vocab_.bos && ids[1] == vocab_.bos) ids.erase(ids.begin());
+  return ids;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
   // Special tokens first, longest first, so "<|im_start|>" is never split by the regexes.
   std::vector<Fragment> frags;

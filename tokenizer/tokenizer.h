@@ -24,6 +24,9 @@ class Tokenizer {
   // add_special: BOS/EOS as the vocabulary asks. parse_special: text like "<|im_start|>"
   // becomes its control token (user-defined tokens always match).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // A rendered chat template: special tokens parsed, BOS added as the vocabulary asks unless
+  // the template already wrote it (Llama 3, Gemma and Phi-3 templates emit {{ bos_token }}).
+  std::vector<int32_t> encode_chat(std::string_view text) const;
 
   // The bytes a token stands for; control tokens give their text only when `special`.
   std::string token_to_piece(int32_t id, bool special = false) const;
