@@ -14,5 +14,6 @@ Command add_chat_command(CLI::App& app);
 Command add_logits_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
+Command add_template_command(CLI::App& app);
 
 }  // namespace tandem::apps

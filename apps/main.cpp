@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   add(tandem::apps::add_run_command);
   add(tandem::apps::add_chat_command);
   add(tandem::apps::add_tokenize_command);
+  add(tandem::apps::add_template_command);
   add(tandem::apps::add_info_command);
   add(tandem::apps::add_logits_command);
   CLI11_PARSE(app, argc, argv);

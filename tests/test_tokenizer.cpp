@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "gguf/gguf_file.h"
@@ -111,6 +112,53 @@ TEST(Tokenizer, DeepseekLlmSplitsLettersPunctuationAndTrailingSpace) {
   const auto pieces = p.value()->split("Hi, 42\n  ");
   const std::vector<std::string_view> want = {"Hi", ",", " ", "42", "\n", "  "};
   EXPECT_EQ(pieces, want);
+}
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t at = i;
+    utf8_decode(s, i);
+    if (i - at == 1 && (unsigned char)s[at] >= 0x80) return false;  // a byte that starts no character
+  }
+  return true;
+}
+
+// A fast, deterministic slice of what tests/fuzz/fuzz_tokenizer.cpp does: random bytes, broken
+// UTF-8 and special-token fragments give valid ids, and byte-level BPE gives the bytes back.
+TEST(Tokenizer, RandomBytesNeverBreakIt) {
+  const std::vector<std::string> vocabs = {"gpt-2", "llama-spm", "phi-3", "deepseek-llm"};
+  const std::vector<std::string> pieces = {"<|im_start|>", "<s>", "</s>", "<|end", "\xe2\x82", "\xac", "\xff", "\xf0\x9f\xa6\x99",
+                                           " ", "\n", "\r\n", "\t", "123456", "don't", "\xc3\xa9", "\x00", "<0x41>", "  "};
+  std::mt19937 rng(1234);
+  int vocabs_run = 0;
+  for (const std::string& v : vocabs) {
+    const std::string path = test::shared_dir() + "/tokenizer-vectors/ggml-vocab-" + v + ".gguf";
+    if (!test::exists(path)) continue;
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok());
+    auto tok = Tokenizer::from_gguf(*f.value());
+    ASSERT_TRUE(tok.ok());
+    const Tokenizer& t = *tok.value();
+    for (int round = 0; round < 200; round++) {
+      std::string text;
+      const int parts = (int)(rng() % 24);
+      for (int k = 0; k < parts; k++) {
+        if (rng() % 2) text += pieces[rng() % pieces.size()];
+        else text += (char)(rng() % 256);
+      }
+      for (bool special : {false, true}) {
+        const auto ids = t.encode(text, true, special);
+        for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t.vocab().size()) << v;
+        (void)t.decode(ids, true);
+      }
+      // GPT-2 spells every byte; the others every valid UTF-8 text (some lack lone-byte symbols,
+      // and deepseek's byte tokens are user-defined text, as in llama.cpp).
+      if (t.vocab().kind == VocabKind::Bpe && (v == "gpt-2" || valid_utf8(text)))
+        EXPECT_EQ(t.decode(t.encode(text, false, false)), text) << v;
+    }
+    vocabs_run++;
+  }
+  if (vocabs_run == 0) GTEST_SKIP() << "tokenizer vectors not found (../shared is absent)";
 }
 
 TEST(Utf8, StreamerNeverSplitsACharacter) {

@@ -31,6 +31,8 @@ Result<ChatTemplate> ChatTemplate::from_source(const std::string& source, std::s
     t.body_ = std::make_shared<const jinja::Body>(jinja::parse_template(source));
   } catch (const jinja::Error& e) {
     return make_error("chat template {} is not supported: {}", template_head(source), e.what());
+  } catch (const std::exception& e) {  // a bug of ours, still only this request's failure
+    return make_error("chat template {} could not be parsed: {}", template_head(source), e.what());
   }
   return t;
 }
@@ -51,7 +53,7 @@ Result<std::string> ChatTemplate::render_json(const nlohmann::ordered_json& mess
     for (auto it = extra->begin(); it != extra->end(); ++it) ctx.emplace_back(it.key(), jinja::Value::from_json(it.value()));
   try {
     return jinja::render(*body_, ctx);
-  } catch (const jinja::Error& e) {
+  } catch (const std::exception& e) {  // jinja::Error, or a failure inside a builtin
     return make_error("chat template {}: {}", template_head(source_), e.what());
   }
 }

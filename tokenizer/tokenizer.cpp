@@ -186,10 +186,19 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t>& out
       out.push_back(id);
       continue;
     }
-    for (std::string_view ch : utf8_chars(s)) {  // unmerged leftovers: one token per character
+    // Unmerged leftovers: one token per character, else per byte (as llama.cpp does). A
+    // character the vocabulary cannot spell is dropped, not replaced by <unk>: some vocabs'
+    // <unk> is <|endoftext|>, which would end the prompt.
+    for (std::string_view ch : utf8_chars(s)) {
       const int32_t cid = vocab_.find(ch);
-      if (cid >= 0) out.push_back(cid);
-      else if (vocab_.unk >= 0) out.push_back(vocab_.unk);
+      if (cid >= 0) {
+        out.push_back(cid);
+        continue;
+      }
+      for (char b : ch) {
+        const int32_t bid = vocab_.find(std::string_view(&b, 1));
+        if (bid >= 0) out.push_back(bid);
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 
 #include "tokenizer/utf8.h"
@@ -202,7 +203,10 @@ Value slice(const Value& obj, const Value* lo, const Value* hi, const Value* ste
   };
   const int64_t a = norm(lo, st > 0 ? 0 : n - 1), b = norm(hi, st > 0 ? n : -1);
   Array out;
-  for (int64_t k = a; st > 0 ? k < b : k > b; k += st) out.push_back(seq[(size_t)k]);
+  for (int64_t k = a; st > 0 ? k < b : k > b;) {
+    out.push_back(seq[(size_t)k]);
+    if (__builtin_add_overflow(k, st, &k)) break;
+  }
   if (!is_str) return Value(std::move(out));
   std::string s;
   for (const Value& c : out) s += c.s;
@@ -226,7 +230,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& 
   if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") return v;  // no autoescape
   if (name == "int") return Value(to_int(v));
   if (name == "float") return Value(v.is_number() ? v.as_double() : v.is_string() ? std::atof(v.s.c_str()) : 0.0);
-  if (name == "abs") return v.kind == Value::Kind::Int ? Value((int64_t)std::llabs(v.i)) : Value(std::fabs(v.as_double()));
+  if (name == "abs") return v.kind == Value::Kind::Int && v.i != INT64_MIN ? Value((int64_t)std::llabs(v.i)) : Value(std::fabs(v.as_double()));
   if (name == "round") {
     const Value* p = arg(args, kw, 0, "precision");
     const double scale = std::pow(10.0, p ? (double)p->i : 0.0);
@@ -366,7 +370,7 @@ bool apply_test(const std::string& name, const Value& v, Args& args) {
   if (name == "even") return v.i % 2 == 0;
   if (name == "lower") return v.is_string() && lower(v.s) == v.s;
   if (name == "upper") return v.is_string() && upper(v.s) == v.s;
-  if (name == "divisibleby") return need(1), args[0].i != 0 && v.i % args[0].i == 0;
+  if (name == "divisibleby") return need(1), args[0].i != 0 && (args[0].i == -1 || v.i % args[0].i == 0);
   if (name == "equalto" || name == "eq" || name == "sameas" || name == "==") return need(1), v == args[0];
   if (name == "ne" || name == "!=") return need(1), v != args[0];
   if (name == "lt" || name == "<") return need(1), less_than(v, args[0]);
@@ -546,9 +550,10 @@ Object builtin_globals() {
                    const int64_t step = a.size() > 2 ? a[2].i : 1;
                    if (step == 0) throw Error("range() step cannot be zero");
                    Array out;
-                   for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+                   for (int64_t k = start; step > 0 ? k < stop : k > stop;) {
                      if (out.size() >= 1000000) throw Error("range() over a million items");
                      out.emplace_back(k);
+                     if (__builtin_add_overflow(k, step, &k)) break;
                    }
                    return Value(std::move(out));
                  }));

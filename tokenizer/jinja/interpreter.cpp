@@ -1,6 +1,7 @@
 #include "tokenizer/jinja/interpreter.h"
 
 #include <cmath>
+#include <cstdint>
 #include <unordered_map>
 
 #include "tokenizer/jinja/builtins.h"
@@ -252,7 +253,8 @@ class Interpreter {
         if (e.name == "not") return Value(!v.truthy());
         if (!v.is_number()) fail(e.line, "unary " + e.name + " on a " + v.type_name());
         if (e.name == "+") return v;
-        return v.kind == Value::Kind::Int ? Value(-v.i) : Value(-v.f);
+        if (v.kind == Value::Kind::Int && v.i != INT64_MIN) return Value(-v.i);
+        return Value(-v.as_double());
       }
       case Expr::Kind::Binary: return binary(e, scope);
       case Expr::Kind::Ternary:
@@ -305,16 +307,17 @@ class Interpreter {
       fail(e.line, "unsupported operand types for " + op + ": " + l.type_name() + " and " + r.type_name());
     const bool ints = a.kind == Value::Kind::Int && b.kind == Value::Kind::Int;
     const double x = a.as_double(), y = b.as_double();
-    if (op == "+") return ints ? Value(a.i + b.i) : Value(x + y);
-    if (op == "-") return ints ? Value(a.i - b.i) : Value(x - y);
-    if (op == "*") return ints ? Value(a.i * b.i) : Value(x * y);
+    int64_t exact = 0;  // integer results that overflow int64 fall back to floats
+    if (op == "+") return ints && !__builtin_add_overflow(a.i, b.i, &exact) ? Value(exact) : Value(x + y);
+    if (op == "-") return ints && !__builtin_sub_overflow(a.i, b.i, &exact) ? Value(exact) : Value(x - y);
+    if (op == "*") return ints && !__builtin_mul_overflow(a.i, b.i, &exact) ? Value(exact) : Value(x * y);
     if (op == "/") {
       if (y == 0) fail(e.line, "division by zero");
       return Value(x / y);
     }
     if (op == "//" || op == "%") {
       if (y == 0) fail(e.line, "division by zero");
-      if (ints) {  // Python floors toward negative infinity
+      if (ints && !(a.i == INT64_MIN && b.i == -1)) {  // Python floors toward negative infinity
         int64_t q = a.i / b.i, m = a.i % b.i;
         if (m != 0 && ((m < 0) != (b.i < 0))) q--, m += b.i;
         return op == "//" ? Value(q) : Value(m);
@@ -322,7 +325,8 @@ class Interpreter {
       const double q = std::floor(x / y);
       return op == "//" ? Value(q) : Value(x - q * y);
     }
-    if (op == "**") return ints && b.i >= 0 ? Value((int64_t)std::llround(std::pow(x, y))) : Value(std::pow(x, y));
+    const double p = std::pow(x, y);
+    if (op == "**") return ints && b.i >= 0 && std::fabs(p) < 9e18 ? Value((int64_t)std::llround(p)) : Value(p);
     fail(e.line, "unknown operator " + op);
   }
 

@@ -1,6 +1,8 @@
 #include "tokenizer/jinja/parser.h"
 
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <set>
 
 namespace tandem::jinja {
@@ -152,7 +154,11 @@ std::vector<Tok> lex(const std::string& code, int line) {
       std::string digits;
       for (size_t j = k; j < e; j++)
         if (code[j] != '_') digits += code[j];
-      toks.push_back({Tok::Kind::Number, digits, is_float ? Value(std::stod(digits)) : Value((int64_t)std::stoll(digits))});
+      // Integers past int64 (Python has big ints) become floats rather than failing.
+      int64_t as_int = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), as_int);
+      const bool fits = !is_float && ec == std::errc() && end == digits.data() + digits.size();
+      toks.push_back({Tok::Kind::Number, digits, fits ? Value(as_int) : Value(std::strtod(digits.c_str(), nullptr))});
       k = e;
     } else if (c == '\'' || c == '"') {
       std::string s;
