@@ -100,6 +100,12 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(Vocab vocab) {
   } else {
     t->byte_tokens_.assign(256, -1);
     for (int b = 0; b < 256; b++) t->byte_tokens_[b] = v.find(fmt::format("<0x{:02X}>", b));
+    const std::string_view space = "\xe2\x96\x81";
+    t->spm_words_independent_ = std::none_of(v.tokens.begin(), v.tokens.end(), [&](const std::string& tok) {
+      for (size_t at = tok.find(space, 1); at != std::string::npos; at = tok.find(space, at + 1))
+        if (tok.compare(at - 3, 3, space) != 0) return true;
+      return false;
+    });
   }
   for (int32_t id = 0; id < v.size(); id++) {
     const TokenType ty = v.types[id];
@@ -211,25 +217,38 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t>& out) con
     else
       escaped += c;
   }
-  std::string key;
   auto score = [&](std::string_view l, std::string_view r, double* p) {
-    key.assign(l).append(r);
-    const int32_t id = vocab_.find(key);
+    const std::string_view joined(l.data(), l.size() + r.size());  // neighbours are adjacent in `escaped`
+    const int32_t id = vocab_.find(joined);
     if (id < 0) return false;
     *p = -(double)vocab_.scores[id];  // highest score merges first
     return true;
   };
-  for (std::string_view s : merge_symbols(escaped, score)) {
-    const int32_t id = vocab_.find(s);
-    if (id >= 0) {
-      out.push_back(id);
-      continue;
-    }
-    for (unsigned char b : s) {  // byte fallback
-      const int32_t bid = byte_tokens_[b];
-      if (bid >= 0) out.push_back(bid);
-      else if (vocab_.unk >= 0) out.push_back(vocab_.unk);
-    }
+  // Words start where a '▁' follows another character.
+  std::vector<std::string_view> words;
+  const std::string_view all = escaped;
+  size_t start = 0;
+  if (spm_words_independent_)
+    for (size_t at = all.find("\xe2\x96\x81", 1); at != std::string_view::npos; at = all.find("\xe2\x96\x81", at + 3))
+      if (at >= 3 && all.compare(at - 3, 3, "\xe2\x96\x81") != 0) {
+        words.push_back(all.substr(start, at - start));
+        start = at;
+      }
+  words.push_back(all.substr(start));
+  for (std::string_view w : words)
+    for (std::string_view s : merge_symbols(w, score)) encode_spm_symbol(s, out);
+}
+
+void Tokenizer::encode_spm_symbol(std::string_view s, std::vector<int32_t>& out) const {
+  const int32_t id = vocab_.find(s);
+  if (id >= 0) {
+    out.push_back(id);
+    return;
+  }
+  for (unsigned char b : s) {  // byte fallback
+    const int32_t bid = byte_tokens_[b];
+    if (bid >= 0) out.push_back(bid);
+    else if (vocab_.unk >= 0) out.push_back(vocab_.unk);
   }
 }
 

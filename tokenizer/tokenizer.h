@@ -37,12 +37,16 @@ class Tokenizer {
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_spm_symbol(std::string_view symbol, std::vector<int32_t>& out) const;
 
   Vocab vocab_;
   std::unique_ptr<PreTokenizer> pre_;
   std::vector<int32_t> special_tokens_;  // control / user-defined / unknown, longest text first
   std::vector<std::string> byte_to_unicode_;  // GPT-2 byte-level alphabet (UTF-8 of each byte's stand-in)
-  std::vector<int32_t> byte_tokens_;          // SPM <0xXX> tokens, -1 when absent
+  std::vector<int32_t> byte_tokens_;
+  // SPM: no token holds a '▁' right after another character, so merges never cross the start
+  // of a word and each word can be merged alone (a small heap instead of one per fragment).
+  bool spm_words_independent_ = false;          // SPM <0xXX> tokens, -1 when absent
 };
 
 }  // namespace tandem

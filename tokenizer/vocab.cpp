@@ -6,7 +6,7 @@
 namespace tandem {
 
 int32_t Vocab::find(std::string_view text) const {
-  auto it = token_to_id.find(std::string(text));
+  auto it = token_to_id.find(text);
   return it == token_to_id.end() ? -1 : it->second;
 }
 

@@ -17,14 +17,22 @@ enum class VocabKind { Bpe, Spm };  // tokenizer.ggml.model: "gpt2" / "llama"
 // tokenizer.ggml.token_type values.
 enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
 
+// Lets string-keyed maps be searched with a string_view, without building a std::string per
+// lookup (the tokenizer's merge loop looks up millions of pairs per megabyte).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
 struct Vocab {
   VocabKind kind = VocabKind::Bpe;
   std::string pre;  // tokenizer.ggml.pre ("default" when absent)
   std::vector<std::string> tokens;
   std::vector<float> scores;     // SPM merge priorities (empty for BPE)
   std::vector<TokenType> types;
-  std::unordered_map<std::string, int32_t> token_to_id;
-  std::unordered_map<std::string, int32_t> merge_rank;  // "left right" -> rank (BPE)
+  StringMap token_to_id;
+  StringMap merge_rank;  // "left right" -> rank (BPE)
 
   int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;
   bool add_bos = false;
