@@ -80,14 +80,14 @@ Command add_template_command(CLI::App& app) {
       if (!in) return fail(fmt::format("cannot read {}", a->messages_file));
       text = read_all(in);
     }
-    auto messages = parse("the messages", text);
+    auto messages = parse("the messages input", text);
     if (!messages.ok()) return fail(messages.error().message);
     if (messages->is_object() && messages->contains("messages")) messages = (*messages)["messages"];
     if (!messages->is_array()) return fail("the messages must be a JSON array of {\"role\": ..., \"content\": ...}");
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
     if (!a->tools_file.empty()) {
       std::ifstream in(a->tools_file, std::ios::binary);
-      auto tools = parse("the tools file", read_all(in));
+      auto tools = parse("the tools input", read_all(in));
       if (!tools.ok()) return fail(tools.error().message);
       extra["tools"] = tools.value();
     }
