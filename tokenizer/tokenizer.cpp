@@ -1,7 +1,9 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <queue>
+#include <span>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -43,12 +45,13 @@ struct Bigram {
   bool operator>(const Bigram& o) const { return priority > o.priority || (priority == o.priority && left > o.left); }
 };
 
-// Merges adjacent symbols of `word` by lowest priority until no pair is mergeable.
+// Merges adjacent symbols of `word` (starting from its characters `chars`) by lowest priority
+// until no pair is mergeable.
 // `priority_of(text)` gives a pair's priority or nothing. Returns the surviving symbols.
 template <typename PriorityFn>
-std::vector<std::string_view> merge_symbols(std::string_view word, PriorityFn priority_of) {
+std::vector<std::string_view> merge_symbols(std::string_view word, std::span<const std::string_view> chars,
+                                            PriorityFn priority_of) {
   std::vector<Symbol> sym;
-  const auto chars = utf8_chars(word);
   sym.reserve(chars.size());
   for (size_t i = 0; i < chars.size(); i++)
     sym.push_back({(int)i - 1, i + 1 < chars.size() ? (int)i + 1 : -1, (size_t)(chars[i].data() - word.data()),
@@ -138,9 +141,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
         continue;
       }
       size_t pos = 0;
-      for (size_t hit; (hit = f.text.find(st, pos)) != std::string_view::npos; pos = hit + st.size()) {
+      for (size_t hit; (hit = f.text.find(st, pos)) != std::string_view::npos;) {
         if (hit > pos) next.push_back({-1, f.text.substr(pos, hit - pos)});
         next.push_back({id, {}});
+        pos = hit + st.size();
+        if (vocab_.rstrip[id])  // the token swallows the whitespace after it
+          while (pos < f.text.size() && std::isspace((unsigned char)f.text[pos])) pos++;
       }
       if (pos < f.text.size()) next.push_back({-1, f.text.substr(pos)});
     }
@@ -169,7 +175,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   return out;
 }
 
-void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_bpe(std::string_view raw, std::vector<int32_t>& out) const {
+  std::string repaired;
+  std::string_view text = raw;
+  if (!utf8_valid(raw)) {
+    repaired = utf8_replace_invalid(raw);
+    text = repaired;
+  }
   for (std::string_view piece : pre_->split(text)) {
     std::string word;  // the piece in the byte-level alphabet
     for (unsigned char c : piece) word += byte_to_unicode_[c];
@@ -186,7 +198,7 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t>& out
     *p = it->second;
     return true;
   };
-  for (std::string_view s : merge_symbols(word, rank)) {
+  for (std::string_view s : merge_symbols(word, utf8_chars(word), rank)) {
     const int32_t id = vocab_.find(s);
     if (id >= 0) {
       out.push_back(id);
@@ -224,19 +236,21 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t>& out) con
     *p = -(double)vocab_.scores[id];  // highest score merges first
     return true;
   };
-  // Words start where a '▁' follows another character.
-  std::vector<std::string_view> words;
-  const std::string_view all = escaped;
-  size_t start = 0;
-  if (spm_words_independent_)
-    for (size_t at = all.find("\xe2\x96\x81", 1); at != std::string_view::npos; at = all.find("\xe2\x96\x81", at + 3))
-      if (at >= 3 && all.compare(at - 3, 3, "\xe2\x96\x81") != 0) {
-        words.push_back(all.substr(start, at - start));
-        start = at;
-      }
-  words.push_back(all.substr(start));
-  for (std::string_view w : words)
-    for (std::string_view s : merge_symbols(w, score)) encode_spm_symbol(s, out);
+  // Words start at a '▁' character that follows another character (a broken lead byte just
+  // before a '▁' swallows its bytes, as in llama.cpp, so words are cut at characters).
+  const std::vector<std::string_view> chars = utf8_chars_by_lead(escaped);
+  const std::string_view space = "\xe2\x96\x81";
+  size_t first = 0;
+  for (size_t k = 0; k <= chars.size(); k++) {
+    const bool cut = k == chars.size() ||
+                     (spm_words_independent_ && k > 0 && chars[k] == space && chars[k - 1] != space);
+    if (!cut || k == first) continue;
+    const std::span<const std::string_view> word_chars(chars.data() + first, k - first);
+    const std::string_view word(word_chars.front().data(),
+                                word_chars.back().data() + word_chars.back().size() - word_chars.front().data());
+    for (std::string_view sym : merge_symbols(word, word_chars, score)) encode_spm_symbol(sym, out);
+    first = k;
+  }
 }
 
 void Tokenizer::encode_spm_symbol(std::string_view s, std::vector<int32_t>& out) const {

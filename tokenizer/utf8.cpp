@@ -1,5 +1,7 @@
 #include "tokenizer/utf8.h"
 
+#include <algorithm>
+
 namespace tandem {
 
 int utf8_seq_len(unsigned char c) {
@@ -26,6 +28,47 @@ std::vector<std::string_view> utf8_chars(std::string_view text) {
     if (!valid_seq(text, i, len)) len = 1;
     out.push_back(text.substr(i, len));
     i += len;
+  }
+  return out;
+}
+
+std::vector<std::string_view> utf8_chars_by_lead(std::string_view text) {
+  static constexpr int kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};  // by the high nibble
+  std::vector<std::string_view> out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = std::min<size_t>(kLen[(unsigned char)text[i] >> 4], text.size() - i);
+    out.push_back(text.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+bool utf8_valid(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const int len = utf8_seq_len((unsigned char)text[i]);
+    if (!valid_seq(text, i, len)) return false;
+    const uint32_t cp = utf8_decode(text, i);
+    const int shortest = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    if (len != shortest || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
+  }
+  return true;
+}
+
+std::string utf8_replace_invalid(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (size_t i = 0; i < text.size();) {
+    const int len = utf8_seq_len((unsigned char)text[i]);
+    if (!valid_seq(text, i, len)) {
+      out += "\xEF\xBF\xBD";
+      i += 1;
+      continue;
+    }
+    // Well-formed in shape: keep its code point, re-encoded shortest (an overlong "$" is "$",
+    // as llama.cpp reads it). Surrogates and code points past U+10FFFF have no encoding.
+    const uint32_t cp = utf8_decode(text, i);
+    out += (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF ? "\xEF\xBF\xBD" : utf8_encode(cp);
   }
   return out;
 }

@@ -12,6 +12,14 @@ namespace tandem {
 int utf8_seq_len(unsigned char c);
 // Splits text into UTF-8 characters; an invalid byte becomes a one-byte piece.
 std::vector<std::string_view> utf8_chars(std::string_view text);
+// Splits by the length each lead byte announces, without validating (SentencePiece's and
+// llama.cpp's SPM split: a broken sequence stays glued together and falls back to bytes).
+std::vector<std::string_view> utf8_chars_by_lead(std::string_view text);
+// True when every byte belongs to a well-formed sequence.
+bool utf8_valid(std::string_view text);
+// Each byte that starts no well-formed sequence becomes U+FFFD, as llama.cpp's decoder does
+// before byte-level BPE (and as Python's errors="replace" does for Hugging Face tokenizers).
+std::string utf8_replace_invalid(std::string_view text);
 // Encodes one code point.
 std::string utf8_encode(uint32_t cp);
 // Decodes the code point at s[i] and advances i; invalid bytes decode to themselves as U+00XX.

@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include <cctype>
+
 #include <algorithm>
 #include <array>
 
@@ -96,14 +98,33 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
   else v.add_space_prefix = false;
   if (v.bos < 0) v.add_bos = false;
 
-  // End of generation: eos/eot plus the end markers chat templates use.
+  // End of generation: eos/eot plus the end markers chat templates use. Conversions often
+  // mislabel these as normal or user-defined; like llama.cpp, treat them as control tokens, so
+  // that text spelling "</s>" is not an end marker unless special tokens are parsed.
   for (int32_t id : {v.eos, v.eot})
     if (id >= 0) v.end_of_generation.push_back(id);
-  constexpr std::array<std::string_view, 6> kEndMarkers = {"<|im_end|>", "<|eot_id|>", "<|endoftext|>",
-                                                           "<end_of_turn>", "<|end|>", "</s>"};
+  constexpr std::array<std::string_view, 13> kEndMarkers = {
+      "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end_of_text|>", "<end_of_turn>", "<|end|>",
+      "</s>",       "<EOT>",      "_<EOT>",     "<end_of_utterance>", "<|return|>", "<|call|>"};
   for (auto text : kEndMarkers) {
     const int32_t id = v.find(text);
-    if (id >= 0 && v.types[id] == TokenType::Control && !v.is_eog(id)) v.end_of_generation.push_back(id);
+    if (id < 0) continue;
+    if (v.types[id] == TokenType::Normal || v.types[id] == TokenType::UserDefined) v.types[id] = TokenType::Control;
+    if (v.types[id] == TokenType::Control && !v.is_eog(id)) v.end_of_generation.push_back(id);
+  }
+
+  v.rstrip.assign(n, false);
+  auto name = f.get_string("general.name");
+  std::string model_name = name.ok() && name->has_value() ? std::string(**name) : "";
+  for (char& c : model_name) c = (char)std::tolower((unsigned char)c);
+  if (model_name.find("phi-3") != std::string::npos || model_name.find("phi3") != std::string::npos) {
+    // Phi-3's tokenizer_config marks its added tokens rstrip, except <unk>, <s>, <|endoftext|>.
+    for (int32_t id = 0; id < (int32_t)n; id++) {
+      const TokenType ty = v.types[id];
+      const std::string& t = v.tokens[id];
+      v.rstrip[id] = (ty == TokenType::Control || ty == TokenType::UserDefined || ty == TokenType::Unknown || t == "</s>") &&
+                     t != "<unk>" && t != "<s>" && t != "<|endoftext|>";
+    }
   }
   return v;
 }

@@ -31,6 +31,9 @@ struct Vocab {
   std::vector<std::string> tokens;
   std::vector<float> scores;     // SPM merge priorities (empty for BPE)
   std::vector<TokenType> types;
+  // Special tokens that eat the whitespace after them when matched in text. GGUF does not
+  // carry Hugging Face's per-token "rstrip"; like llama.cpp, tandem sets it for Phi-3 models.
+  std::vector<bool> rstrip;
   StringMap token_to_id;
   StringMap merge_rank;  // "left right" -> rank (BPE)
 

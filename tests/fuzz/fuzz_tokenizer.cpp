@@ -15,6 +15,7 @@
 
 #include "gguf/gguf_file.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -70,8 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int32_t id : ids)
     if (id < 0 || id >= tok.vocab().size()) std::abort();
   const std::string back = tok.decode(ids, true);
-  // Byte-level BPE that spells every byte, without special parsing, gives the bytes back.
-  if (loaded.spells_every_byte && !(data[0] & 0x80)) {
+  // Byte-level BPE that spells every byte, without special parsing, gives valid UTF-8 back
+  // (broken bytes become U+FFFD first, as in llama.cpp).
+  if (loaded.spells_every_byte && !(data[0] & 0x80) && tandem::utf8_valid(text)) {
     const auto plain = tok.encode(text, false, false);
     if (tok.decode(plain) != text) std::abort();
   }
