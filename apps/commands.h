@@ -15,5 +15,8 @@ Command add_logits_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
 Command add_template_command(CLI::App& app);
+Command add_kv_command(CLI::App& app);
+Command add_explain_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
 
 }  // namespace tandem::apps

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   add(tandem::apps::add_template_command);
   add(tandem::apps::add_info_command);
   add(tandem::apps::add_logits_command);
+  add(tandem::apps::add_kv_command);
+  add(tandem::apps::add_explain_command);
+  add(tandem::apps::add_bench_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();

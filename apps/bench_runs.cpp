@@ -1,0 +1,102 @@
+#include "apps/bench_runs.h"
+
+#include <cmath>
+
+#include "core/timer.h"
+
+namespace tandem::apps {
+
+std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt) {
+  std::vector<int32_t> t((size_t)n);
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ salt;
+  for (auto& id : t) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    id = (int32_t)(x % (uint64_t)n_vocab);
+  }
+  return t;
+}
+
+Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype) {
+  auto kv = m.new_kv_cache(n, kv_dtype);
+  if (!kv.ok()) return kv.error();
+  const auto tokens = bench_tokens(n, m.config().n_vocab);
+  Timer t;
+  auto r = m.prefill(kv.value(), tokens);
+  if (!r.ok()) return r.error();
+  return t.seconds();
+}
+
+Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype) {
+  auto kv = m.new_kv_cache(std::max<int64_t>(n, 1), kv_dtype);
+  if (!kv.ok()) return kv.error();
+  const auto tokens = bench_tokens(n, m.config().n_vocab, 1);
+  Timer t;
+  for (int64_t i = 0; i < n; i++) {
+    auto r = m.decode(kv.value(), tokens[(size_t)i]);
+    if (!r.ok()) return r.error();
+  }
+  return t.seconds();
+}
+
+Result<std::vector<ContextPoint>> sweep_context(LlamaModel& m, const std::vector<int64_t>& lengths, int decode_steps,
+                                                DType kv_dtype) {
+  std::vector<ContextPoint> out;
+  for (int64_t len : lengths) {
+    auto kv = m.new_kv_cache(len + decode_steps, kv_dtype);
+    if (!kv.ok()) return kv.error();
+    const auto tokens = bench_tokens(len + decode_steps, m.config().n_vocab, (uint64_t)len);
+    ContextPoint p{len, 0, 0};
+    Timer t;
+    auto r = m.prefill(kv.value(), std::span<const int32_t>(tokens.data(), (size_t)len));
+    if (!r.ok()) return r.error();
+    p.ttft_s = t.seconds();
+    t.reset();
+    for (int k = 0; k < decode_steps; k++) {
+      auto d = m.decode(kv.value(), tokens[(size_t)(len + k)]);
+      if (!d.ok()) return d.error();
+    }
+    p.tpot_s = decode_steps ? t.seconds() / decode_steps : 0;
+    out.push_back(p);
+  }
+  return out;
+}
+
+Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(LlamaModel& m, const std::vector<int64_t>& ns, DType kv_dtype) {
+  std::vector<GenerationPoint> out;
+  for (int64_t n : ns) {
+    const auto tokens = bench_tokens(n, m.config().n_vocab, 99);
+    GenerationPoint p{n, 0, 0};
+    auto kv = m.new_kv_cache(n, kv_dtype);
+    if (!kv.ok()) return kv.error();
+    Timer t;
+    auto r = m.prefill(kv.value(), std::span<const int32_t>(tokens.data(), 1));
+    if (!r.ok()) return r.error();
+    for (int64_t k = 1; k < n; k++) {
+      auto d = m.decode(kv.value(), tokens[(size_t)k]);
+      if (!d.ok()) return d.error();
+    }
+    p.cached_s = t.seconds();
+    t.reset();
+    for (int64_t k = 1; k <= n; k++) {  // step k sees the first k tokens and recomputes them all
+      auto f = m.forward_no_cache(std::span<const int32_t>(tokens.data(), (size_t)k), kv_dtype);
+      if (!f.ok()) return f.error();
+    }
+    p.no_cache_s = t.seconds();
+    out.push_back(p);
+  }
+  return out;
+}
+
+double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int n = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); i++) {
+    if (x[i] <= 0 || y[i] <= 0) continue;
+    const double lx = std::log(x[i]), ly = std::log(y[i]);
+    sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly, n++;
+  }
+  const double den = n * sxx - sx * sx;
+  return n >= 2 && den != 0 ? (n * sxy - sx * sy) / den : NAN;
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,40 @@
+// Timed forward passes for `tandem bench`: a prefill of n tokens into a fresh cache (pp), n
+// decode steps from an empty cache (tg, as llama-bench measures it), and the sweeps behind
+// the --sweep plots. Token ids are a fixed pseudo-random sequence: speed does not depend on
+// which tokens run.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "model/llama_model.h"
+
+namespace tandem::apps {
+
+std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt = 0);
+// Seconds for one prefill of n tokens at positions [0, n).
+Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype);
+// Seconds for n decode steps starting at position 0.
+Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype);
+
+struct ContextPoint {
+  int64_t context = 0;
+  double ttft_s = 0;  // prefill of `context` tokens
+  double tpot_s = 0;  // mean of the decode steps right after it
+};
+// For each length: prefill it, then decode `decode_steps` tokens on top.
+Result<std::vector<ContextPoint>> sweep_context(LlamaModel& m, const std::vector<int64_t>& lengths, int decode_steps,
+                                                DType kv_dtype);
+
+struct GenerationPoint {
+  int64_t n = 0;           // tokens generated after a one-token prompt
+  double cached_s = 0;     // prefill 1 + n - 1 decode steps
+  double no_cache_s = 0;   // n forward passes over the whole sequence so far
+};
+Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(LlamaModel& m, const std::vector<int64_t>& ns, DType kv_dtype);
+
+// Least-squares slope of log(y) over log(x): the exponent k of y ~ x^k.
+double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y);
+
+}  // namespace tandem::apps

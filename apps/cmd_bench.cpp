@@ -1,0 +1,147 @@
+// `tandem bench`: prompt processing (ppN: one prefill of N tokens) and text generation (tgN:
+// N decode steps from an empty cache) in tok/s, as llama-bench reports them, plus each phase's
+// GFLOP/s, GB/s and share of this machine's measured roofs; --sweep writes the SVG plots.
+#include <cmath>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/bench_runs.h"
+#include "apps/bench_sweep.h"
+#include "apps/commands.h"
+#include "apps/common.h"
+#include "apps/generation_options.h"
+#include "apps/phase_report.h"
+#include "core/units.h"
+
+namespace tandem::apps {
+
+namespace {
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+
+Stat stat_of(const std::vector<double>& v) {
+  Stat s;
+  for (double x : v) s.mean += x;
+  s.mean /= std::max<size_t>(1, v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / (v.size() - 1)) : 0;
+  return s;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  struct Args {
+    std::string model, isa = "auto", activations = "q8", kv_dtype = "f16", sweep;
+    int64_t p = 512, n = 128, max_context = 4096, max_naive = 128;
+    int threads = 0, reps = 3;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("bench", "pp/tg tok/s like llama-bench, with GFLOP/s, GB/s and % of measured roofs");
+  sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+  sub->add_option("-p,--n-prompt", a->p, "prompt tokens for the pp test (0 = skip)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-n,--n-gen", a->n, "generated tokens for the tg test (0 = skip)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->check(CLI::Range(1, 1000));
+  sub->add_option("--isa", a->isa, "kernel level: auto | avx2 | scalar");
+  sub->add_option("--activations", a->activations, "q8 | f32")->check(CLI::IsMember({"q8", "f32"}));
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  sub->add_flag("--json", a->json, "print one JSON object");
+  sub->add_option("--sweep", a->sweep, "also sweep context lengths and cache/no-cache, writing SVG plots into this folder");
+  sub->add_option("--sweep-max-context", a->max_context, "longest prompt of the sweep")->check(CLI::Range(64, 1 << 20));
+  sub->add_option("--sweep-max-naive", a->max_naive, "most tokens generated without cache in the sweep")->check(CLI::Range(8, 4096));
+  return [a]() -> int {
+    GenerationOptions go;
+    go.model = a->model;
+    go.threads = a->threads;
+    go.isa = a->isa;
+    go.activations = a->activations;
+    auto lm = load_model(go);
+    if (!lm.ok()) return fail(lm.error().message);
+    LlamaModel& model = *lm->model;
+    const LlamaConfig& c = model.config();
+    const DType kv = a->kv_dtype == "f32" ? DType::F32 : DType::F16;
+    if (a->p > c.n_ctx_train || a->n > c.n_ctx_train)
+      return fail(fmt::format("-p/-n past the model's context of {} tokens", c.n_ctx_train));
+    const cpu::MachinePeaks peaks = cpu::measure_machine(model.kernels().isa, omp_threads());
+    const ModelShape shape = ModelShape::of(c, model.weights(), kv == DType::F32 ? 4 : 2);
+    if (auto w = time_prefill(model, std::min<int64_t>(16, c.n_ctx_train), kv); !w.ok()) return fail(w.error().message);  // warm-up
+
+    struct Test {
+      std::string name;
+      std::vector<double> tok_s;
+      PhaseMeasure best;  // the mean run's cost and time
+    };
+    std::vector<Test> tests;
+    if (a->p > 0) {
+      Test t{fmt::format("pp{}", a->p), {}, {}};
+      double total = 0;
+      for (int r = 0; r < a->reps; r++) {
+        auto s = time_prefill(model, a->p, kv);
+        if (!s.ok()) return fail(s.error().message);
+        t.tok_s.push_back(a->p / s.value());
+        total += s.value();
+      }
+      t.best = {t.name, a->p, total / a->reps, prefill_cost(shape, a->p)};
+      tests.push_back(t);
+    }
+    if (a->n > 0) {
+      Test t{fmt::format("tg{}", a->n), {}, {}};
+      double total = 0;
+      for (int r = 0; r < a->reps; r++) {
+        auto s = time_decode(model, a->n, kv);
+        if (!s.ok()) return fail(s.error().message);
+        t.tok_s.push_back(a->n / s.value());
+        total += s.value();
+      }
+      t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, 0)};
+      tests.push_back(t);
+    }
+    uint64_t file_bytes = 0, params = 0;
+    for (const auto& t : model.gguf().tensors()) file_bytes += t.nbytes, params += t.n_elements();
+    const std::string name = c.name.empty() ? c.arch : c.name;
+    if (a->json) {
+      nlohmann::ordered_json j = {{"model", name},
+                                  {"size_bytes", file_bytes},
+                                  {"params", params},
+                                  {"threads", omp_threads()},
+                                  {"isa", std::string(cpu::isa_name(model.kernels().isa))},
+                                  {"activations", a->activations},
+                                  {"repetitions", a->reps}};
+      for (const Test& t : tests) {
+        const Stat s = stat_of(t.tok_s);
+        nlohmann::ordered_json e = phase_json(t.best, peaks);
+        e["tok_s"] = s.mean;
+        e["tok_s_stddev"] = s.sd;
+        j[t.name] = e;
+      }
+      j["machine"] = machine_json(peaks);
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      fmt::print("| model | size | params | backend | threads | test | t/s | GFLOP/s | GB/s | % peak | % BW |\n");
+      fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+      for (const Test& t : tests) {
+        const Stat s = stat_of(t.tok_s);
+        fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {:.1f}% |\n", name,
+                   format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(model.kernels().isa), a->activations,
+                   omp_threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
+                   100 * t.best.flops_per_s() / peaks.flops_per_s, 100 * t.best.bytes_per_s() / peaks.read_bytes_per_s);
+      }
+      fmt::print("\nmachine: {:.1f} GFLOP/s f32 FMA peak, {:.1f} GB/s read bandwidth ({} threads); ridge {:.1f} FLOP/byte\n",
+                 peaks.flops_per_s / 1e9, peaks.read_bytes_per_s / 1e9, peaks.threads, peaks.ridge());
+    }
+    if (!a->sweep.empty()) {
+      PhaseMeasure pp = tests.size() > 0 && a->p > 0 ? tests[0].best : PhaseMeasure{};
+      PhaseMeasure tg = a->n > 0 ? tests.back().best : PhaseMeasure{};
+      Status st = run_sweep(model, {a->sweep, a->max_context, a->max_naive, kv}, peaks, pp, tg);
+      if (!st.ok()) return fail(st.error().message);
+    }
+    return 0;
+  };
+}
+
+}  // namespace tandem::apps

@@ -1,0 +1,117 @@
+// `tandem kv`: the KV memory planner. From a model file or from bare dimensions: KV bytes per
+// token, per sequence and per batch by the seed's formula, the weights' bytes, and how many
+// sequences of a given length fit in a memory budget.
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "apps/common.h"
+#include "core/units.h"
+#include "gguf/gguf_file.h"
+#include "kv/kv_planner.h"
+#include "model/llama_config.h"
+
+namespace tandem::apps {
+
+Command add_kv_command(CLI::App& app) {
+  struct Args {
+    std::string model, dtype = "f16", memory, weights;
+    int layers = 0, kv_heads = 0, head_dim = 0;
+    int64_t ctx = 0, batch = 1;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("kv", "KV cache memory planner: bytes per token/sequence/batch, and what fits");
+  sub->add_option("-m,--model", a->model, "GGUF model (its shape and weight bytes)");
+  sub->add_option("--layers", a->layers, "layers (without --model)");
+  sub->add_option("--kv-heads", a->kv_heads, "KV heads (n_head without GQA)");
+  sub->add_option("--head-dim", a->head_dim, "head dimension");
+  sub->add_option("--ctx", a->ctx, "tokens per sequence (default: the model's training context, else 4096)");
+  sub->add_option("--batch", a->batch, "sequences")->check(CLI::PositiveNumber);
+  sub->add_option("--dtype", a->dtype, "K/V element type: f16, bf16, f32, q8_0, q4_0, ...");
+  sub->add_option("--memory", a->memory, "memory budget for weights + KV, e.g. 24GiB");
+  sub->add_option("--weights-bytes", a->weights, "weight bytes when no model is given, e.g. 140GB");
+  sub->add_flag("--json", a->json, "print one JSON object");
+  return [a]() -> int {
+    KvPlanInput in;
+    std::string what = "dimensions";
+    if (!a->model.empty()) {
+      auto f = GgufFile::open(a->model);
+      if (!f.ok()) return fail(f.error().message);
+      auto c = LlamaConfig::from_gguf(*f.value());
+      if (!c.ok()) return fail(c.error().message);
+      in.n_layer = c->n_layer;
+      in.n_kv_head = c->n_kv_head;
+      in.head_dim = c->head_dim;
+      in.ctx = c->n_ctx_train > 0 ? c->n_ctx_train : 4096;
+      for (const auto& t : f.value()->tensors()) in.weights_bytes += t.nbytes;
+      what = c->name.empty() ? a->model : c->name;
+    } else if (a->layers <= 0 || a->kv_heads <= 0 || a->head_dim <= 0) {
+      return fail("give -m MODEL, or --layers, --kv-heads and --head-dim");
+    }
+    if (a->layers > 0) in.n_layer = a->layers;
+    if (a->kv_heads > 0) in.n_kv_head = a->kv_heads;
+    if (a->head_dim > 0) in.head_dim = a->head_dim;
+    if (a->ctx > 0) in.ctx = a->ctx;
+    in.batch = a->batch;
+    auto dt = dtype_from_name(a->dtype);
+    if (!dt.ok()) return fail(dt.error().message);
+    in.dtype = dt.value();
+    if (!a->weights.empty()) {
+      auto w = parse_bytes(a->weights);
+      if (!w.ok()) return fail(w.error().message);
+      in.weights_bytes = w.value();
+    }
+    if (!a->memory.empty()) {
+      auto m = parse_bytes(a->memory);
+      if (!m.ok()) return fail(m.error().message);
+      in.memory_bytes = m.value();
+    }
+    auto plan = plan_kv(in);
+    if (!plan.ok()) return fail(plan.error().message);
+    const KvPlan& p = plan.value();
+    const std::string dname(dtype_name(in.dtype));
+    if (a->json) {
+      nlohmann::ordered_json j = {{"model", what},
+                                  {"layers", in.n_layer},
+                                  {"kv_heads", in.n_kv_head},
+                                  {"head_dim", in.head_dim},
+                                  {"ctx", in.ctx},
+                                  {"batch", in.batch},
+                                  {"dtype", dname},
+                                  {"bytes_per_element", p.bytes_per_element},
+                                  {"kv_bytes_per_token", p.bytes_per_token},
+                                  {"kv_bytes_per_sequence", p.bytes_per_sequence},
+                                  {"kv_bytes_batch", p.bytes_batch},
+                                  {"weights_bytes", in.weights_bytes}};
+      if (in.memory_bytes) {
+        j["memory_bytes"] = in.memory_bytes;
+        j["max_sequences"] = p.max_sequences;
+        j["max_kv_tokens"] = p.max_tokens;
+      }
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("KV cache of {}: 2 x {} layers x {} kv heads x {} head dim x {} bytes ({})\n", what, in.n_layer, in.n_kv_head,
+               in.head_dim, p.bytes_per_element, dname);
+    fmt::print("  per token      {:>14} bytes  {}\n", p.bytes_per_token, format_bytes((double)p.bytes_per_token));
+    fmt::print("  per sequence   {:>14} bytes  {}   ({} tokens)\n", p.bytes_per_sequence, format_bytes((double)p.bytes_per_sequence),
+               in.ctx);
+    fmt::print("  batch          {:>14} bytes  {}   ({} sequences)\n", p.bytes_batch, format_bytes((double)p.bytes_batch), in.batch);
+    if (in.weights_bytes)
+      fmt::print("weights          {:>14} bytes  {}   (KV of one sequence is {:.1f}% of it)\n", in.weights_bytes,
+                 format_bytes((double)in.weights_bytes), 100.0 * p.bytes_per_sequence / in.weights_bytes);
+    if (in.memory_bytes && in.memory_bytes <= in.weights_bytes) {
+      fmt::print("in {} ({}): the weights alone ({}) do not fit; no room for a KV cache\n", a->memory,
+                 format_bytes((double)in.memory_bytes), format_bytes((double)in.weights_bytes));
+    } else if (in.memory_bytes) {
+      fmt::print("in {} ({}): weights leave {}; {} sequences of {} tokens fit ({} KV tokens in all)\n", a->memory,
+                 format_bytes((double)in.memory_bytes),
+                 format_bytes((double)(in.memory_bytes > in.weights_bytes ? in.memory_bytes - in.weights_bytes : 0)),
+                 p.max_sequences, in.ctx, p.max_tokens);
+    }
+    return 0;
+  };
+}
+
+}  // namespace tandem::apps

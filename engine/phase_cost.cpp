@@ -1,0 +1,74 @@
+#include "engine/phase_cost.h"
+
+#include <algorithm>
+
+namespace tandem {
+
+PhaseCost& PhaseCost::operator+=(const PhaseCost& o) {
+  flops += o.flops;
+  weight_bytes += o.weight_bytes;
+  kv_read_bytes += o.kv_read_bytes;
+  kv_write_bytes += o.kv_write_bytes;
+  return *this;
+}
+
+ModelShape ModelShape::of(const LlamaConfig& c, const LlamaWeights& w, double kv_elem_bytes) {
+  ModelShape m;
+  m.n_layer = c.n_layer;
+  m.n_head = c.n_head;
+  m.n_kv_head = c.n_kv_head;
+  m.head_dim = c.head_dim;
+  auto add = [&](const cpu::WeightMatrix& x) {
+    m.matmul_elements_per_token += (double)x.rows * (double)x.cols;
+    m.matmul_bytes += (double)x.bytes();
+  };
+  for (const auto& l : w.layers)
+    for (const auto* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*x);
+  add(w.output);
+  m.kv_bytes_per_position = 2.0 * c.n_layer * c.n_kv_head * c.head_dim * kv_elem_bytes;
+  return m;
+}
+
+namespace {
+
+// Attention of one token at position p over p + 1 keys, all layers: Q.K and softmax(.)V.
+double attention_flops(const ModelShape& m, int64_t p) {
+  return 4.0 * m.n_layer * m.n_head * m.head_dim * (double)(p + 1);
+}
+
+}  // namespace
+
+PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0, int64_t chunk) {
+  PhaseCost c;
+  chunk = std::max<int64_t>(1, chunk);
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t len = std::min(chunk, n - start), first = pos0 + start;
+    c.weight_bytes += m.matmul_bytes;
+    c.flops += 2.0 * m.matmul_elements_per_token * (double)len;
+    // attention flops summed over the chunk's positions: sum of (p + 1)
+    c.flops += 4.0 * m.n_layer * m.n_head * m.head_dim * ((double)len * (double)(first + 1) + (double)len * (len - 1) / 2);
+    c.kv_read_bytes += m.kv_bytes_per_position * (double)(first + len);  // the prefix, once per chunk
+    c.kv_write_bytes += m.kv_bytes_per_position * (double)len;
+  }
+  return c;
+}
+
+PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0) {
+  PhaseCost c;
+  for (int64_t k = 0; k < n; k++) {
+    const int64_t p = pos0 + k;
+    c.weight_bytes += m.matmul_bytes;
+    c.flops += 2.0 * m.matmul_elements_per_token + attention_flops(m, p);
+    c.kv_read_bytes += m.kv_bytes_per_position * (double)(p + 1);
+    c.kv_write_bytes += m.kv_bytes_per_position;
+  }
+  return c;
+}
+
+PhaseCost no_cache_cost(const ModelShape& m, int64_t prompt, int64_t n, int64_t chunk) {
+  PhaseCost c;
+  for (int64_t k = 0; k < n; k++) c += prefill_cost(m, prompt + k, 0, chunk);
+  return c;
+}
+
+}  // namespace tandem

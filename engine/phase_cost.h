@@ -1,0 +1,45 @@
+// The work each phase must do, counted from the model's shape: FLOPs, and the bytes it must
+// move from memory (weights, KV cache). Their ratio, the arithmetic intensity, says which roof
+// bounds the phase: prefill reuses every weight for a whole chunk of tokens (high intensity,
+// compute-bound); decode reads every weight for one token (about 2 FLOPs per weight element,
+// bandwidth-bound). Counts are of the matrix products and attention; norms, RoPE and the
+// activation function are a fraction of a percent and left out.
+#pragma once
+
+#include <cstdint>
+
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+
+namespace tandem {
+
+struct PhaseCost {
+  double flops = 0;             // matmul + attention multiply-adds x 2
+  double weight_bytes = 0;      // weight bytes read
+  double kv_read_bytes = 0;     // K,V bytes read by attention
+  double kv_write_bytes = 0;    // K,V bytes appended
+  double bytes() const { return weight_bytes + kv_read_bytes + kv_write_bytes; }
+  double intensity() const { return bytes() > 0 ? flops / bytes() : 0; }
+  PhaseCost& operator+=(const PhaseCost& o);
+};
+
+// What the shape implies; the weights give element counts and bytes per matrix.
+struct ModelShape {
+  int n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
+  double matmul_elements_per_token = 0;  // weight elements multiplied per token (all layers + output)
+  double matmul_bytes = 0;               // bytes of those weights
+  double kv_bytes_per_position = 0;      // K and V of every layer for one position
+  static ModelShape of(const LlamaConfig& c, const LlamaWeights& w, double kv_elem_bytes);
+};
+
+// Prefill of n tokens at positions [pos0, pos0 + n), in chunks of `chunk` tokens: each chunk
+// reads every weight once and the KV prefix once.
+PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0 = 0, int64_t chunk = 512);
+// Decode of n tokens, the first at position pos0 (it attends to pos0 + 1 positions): every
+// token reads every weight and the whole cache.
+PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0);
+// Naive mode: each of n generated tokens, after a prompt of p tokens, recomputes the whole
+// sequence: step k is a prefill of p + k tokens.
+PhaseCost no_cache_cost(const ModelShape& m, int64_t prompt, int64_t n, int64_t chunk = 512);
+
+}  // namespace tandem

@@ -1,0 +1,106 @@
+#include "kernels/cpu/probe.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "core/timer.h"
+
+namespace tandem::cpu {
+
+namespace detail {
+
+// Scalar twins: eight chains the compiler may vectorise with the baseline ISA.
+double fma_loop_scalar(long iters, float* sink) {
+  float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const float m = 0.999999f, c = 1e-7f;
+  for (long i = 0; i < iters; i++)
+    for (float& x : a) x = x * m + c;
+  float s = 0;
+  for (float x : a) s += x;
+  *sink = s;
+  return 2.0 * 8 * (double)iters;
+}
+
+float read_pass_scalar(const float* p, size_t n) {
+  float s[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += p[i + k];
+  for (; i < n; i++) s[0] += p[i];
+  float t = 0;
+  for (float x : s) t += x;
+  return t;
+}
+
+}  // namespace detail
+
+double measure_read_bandwidth(int threads, size_t bytes, int passes) {
+  const size_t n = bytes / sizeof(float);
+  std::unique_ptr<float[]> buf(new float[n]);
+  threads = std::max(1, threads);
+  const bool avx2 = best_isa() == Isa::Avx2;
+  // Each thread touches its own part first, so pages sit near the thread that reads them.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < (int64_t)n; i++) buf[i] = (float)(i & 7);
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < passes; pass++) {
+    std::vector<float> part(threads, 0.0f);
+    Timer t;
+#pragma omp parallel num_threads(threads)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+      const size_t chunk = (n + nt - 1) / nt, lo = std::min(n, chunk * id), hi = std::min(n, lo + chunk);
+      part[id] = avx2 ? detail::read_pass_avx2(buf.get() + lo, hi - lo) : detail::read_pass_scalar(buf.get() + lo, hi - lo);
+    }
+    const double s = t.seconds();
+    for (float x : part) sink = sink + x;
+    if (s > 0) best = std::max(best, (double)(n * sizeof(float)) / s);
+  }
+  return best;
+}
+
+double measure_peak_flops(Isa isa, int threads, double seconds) {
+  threads = std::max(1, threads);
+  auto loop = isa == Isa::Avx2 ? detail::fma_loop_avx2 : detail::fma_loop_scalar;
+  // Calibrate the iteration count on one thread, then run all threads together.
+  float sink = 0;
+  long iters = 1 << 16;
+  for (;;) {
+    Timer t;
+    loop(iters, &sink);
+    if (t.seconds() > seconds / 10 || iters > (1L << 34)) break;
+    iters *= 2;
+  }
+  double best = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    std::vector<double> flops(threads, 0.0);
+    std::vector<float> sinks(threads, 0.0f);
+    Timer t;
+#pragma omp parallel num_threads(threads)
+    {
+      const int id = omp_get_thread_num();
+      flops[id] = loop(iters, &sinks[id]);
+    }
+    const double s = t.seconds();
+    double total = 0;
+    for (double f : flops) total += f;
+    if (s > 0) best = std::max(best, total / s);
+  }
+  return best;
+}
+
+MachinePeaks measure_machine(Isa isa, int threads) {
+  MachinePeaks m;
+  m.threads = threads;
+  m.isa = isa;
+  m.probe_bytes = size_t(512) << 20;
+  m.read_bytes_per_s = measure_read_bandwidth(threads, m.probe_bytes);
+  m.flops_per_s = measure_peak_flops(isa, threads);
+  return m;
+}
+
+}  // namespace tandem::cpu

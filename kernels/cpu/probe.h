@@ -1,0 +1,38 @@
+// Short probes of this machine's two roofs, so reports compare each phase with the machine it
+// ran on rather than with a datasheet: the read bandwidth from memory (decode's roof) and the
+// float FMA throughput of the kernels' instruction set (prefill's roof).
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cpu/isa.h"
+
+namespace tandem::cpu {
+
+struct MachinePeaks {
+  double read_bytes_per_s = 0;  // best of several passes over a buffer far larger than the caches
+  double flops_per_s = 0;       // independent FMA chains on every thread, f32
+  int threads = 0;
+  size_t probe_bytes = 0;
+  Isa isa = Isa::Scalar;
+  // Arithmetic intensity (FLOP/byte) where the two roofs meet.
+  double ridge() const { return read_bytes_per_s > 0 ? flops_per_s / read_bytes_per_s : 0; }
+};
+
+// Sums `bytes` of floats with `threads` threads, `passes` times; returns the best bytes/s.
+double measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int passes = 4);
+// Runs independent FMA chains for about `seconds` on each thread; returns FLOP/s.
+double measure_peak_flops(Isa isa, int threads, double seconds = 0.2);
+MachinePeaks measure_machine(Isa isa, int threads);
+
+namespace detail {
+// One thread's FMA loop: `iters` iterations of the ISA's chains; returns its flop count and
+// writes a value the compiler cannot discard.
+double fma_loop_scalar(long iters, float* sink);
+double fma_loop_avx2(long iters, float* sink);
+// One thread's read pass; returns a sum the compiler cannot discard.
+float read_pass_scalar(const float* p, size_t n);
+float read_pass_avx2(const float* p, size_t n);
+}  // namespace detail
+
+}  // namespace tandem::cpu

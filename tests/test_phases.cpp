@@ -1,0 +1,155 @@
+// The KV planner (known answers, and the bytes the engine really allocates), the phase cost
+// model, the roofline probes, and the SVG chart writer behind `tandem bench --sweep`.
+#include <gtest/gtest.h>
+
+#include "apps/bench_runs.h"
+#include "apps/svg_chart.h"
+#include "core/units.h"
+#include "engine/phase_cost.h"
+#include "kernels/cpu/probe.h"
+#include "kv/kv_planner.h"
+#include "model/llama_model.h"
+#include "tiny_model.h"
+
+namespace tandem {
+namespace {
+
+KvPlan plan(int layers, int heads, int dim, int64_t ctx, DType dt = DType::F16, int64_t batch = 1) {
+  KvPlanInput in;
+  in.n_layer = layers;
+  in.n_kv_head = heads;
+  in.head_dim = dim;
+  in.ctx = ctx;
+  in.batch = batch;
+  in.dtype = dt;
+  auto p = plan_kv(in);
+  EXPECT_TRUE(p.ok()) << p.error().message;
+  return p.value();
+}
+
+TEST(KvPlanner, Llama2_70bKnownAnswers) {
+  // The seed's example: 80 layers, 8 KV heads (GQA), head dim 128, 4096 tokens, fp16.
+  const KvPlan gqa = plan(80, 8, 128, 4096);
+  EXPECT_EQ(gqa.bytes_per_sequence, 1342177280u);
+  EXPECT_EQ(format_bytes((double)gqa.bytes_per_sequence), "1.34 GB");
+  // Without GQA every one of the 64 heads keeps its K and V: 8x more.
+  const KvPlan mha = plan(80, 64, 128, 4096);
+  EXPECT_EQ(mha.bytes_per_sequence, 10737418240u);
+  EXPECT_EQ(format_bytes((double)mha.bytes_per_sequence), "10.7 GB");
+  EXPECT_EQ(plan(80, 8, 128, 4096, DType::F16, 16).bytes_batch, 16 * 1342177280ull);
+}
+
+TEST(KvPlanner, BlockTypesAndBudgets) {
+  // q8_0: 34 bytes per 32 elements.
+  const KvPlan q8 = plan(30, 3, 64, 1000, DType::Q8_0);
+  EXPECT_EQ(q8.bytes_per_token, 2u * 30 * (3 * 64 / 32) * 34);
+  EXPECT_DOUBLE_EQ(q8.bytes_per_element, 34.0 / 32);
+  KvPlanInput in;
+  in.n_layer = 80, in.n_kv_head = 8, in.head_dim = 128, in.ctx = 4096;
+  in.weights_bytes = 140'000'000'000ull;
+  in.memory_bytes = 160'000'000'000ull;
+  auto p = plan_kv(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->max_sequences, (int64_t)(20'000'000'000ull / 1342177280ull));  // 14
+  in.memory_bytes = 100'000'000'000ull;
+  EXPECT_EQ(plan_kv(in)->max_sequences, 0);
+  in.n_kv_head = 0;
+  EXPECT_FALSE(plan_kv(in).ok());
+  in.n_kv_head = 3, in.head_dim = 10, in.dtype = DType::Q8_0;  // 30 elements: not whole q8_0 blocks
+  EXPECT_FALSE(plan_kv(in).ok());
+  EXPECT_EQ(dtype_from_name("q8_0").value(), DType::Q8_0);
+  EXPECT_FALSE(dtype_from_name("q9").ok());
+}
+
+TEST(KvPlanner, EqualsWhatTheEngineAllocates) {
+  test::TinyShape s;
+  auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const LlamaConfig& c = m.value()->config();
+  for (DType dt : {DType::F16, DType::F32}) {
+    auto kv = m.value()->new_kv_cache(48, dt);
+    ASSERT_TRUE(kv.ok());
+    EXPECT_EQ(plan(c.n_layer, c.n_kv_head, c.head_dim, 48, dt).bytes_per_sequence, kv->allocated_bytes());
+  }
+}
+
+TEST(Units, ParseAndFormatSizes) {
+  EXPECT_EQ(parse_bytes("24GiB").value(), 24ull << 30);
+  EXPECT_EQ(parse_bytes("1.5 GB").value(), 1'500'000'000ull);
+  EXPECT_EQ(parse_bytes("800MiB").value(), 800ull << 20);
+  EXPECT_EQ(parse_bytes("4096").value(), 4096u);
+  EXPECT_FALSE(parse_bytes("lots").ok());
+  EXPECT_FALSE(parse_bytes("5 parsecs").ok());
+  EXPECT_EQ(format_bytes(999), "999 bytes");
+  EXPECT_EQ(format_bytes(327680), "328 kB");
+  EXPECT_EQ(format_bytes_binary(24.0 * (1ull << 30)), "24.0 GiB");
+}
+
+TEST(PhaseCost, CountsMatchTheShape) {
+  test::TinyShape s;
+  s.weight_type = DType::Q8_0;
+  auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
+  ASSERT_TRUE(m.ok());
+  const LlamaConfig& c = m.value()->config();
+  const ModelShape shape = ModelShape::of(c, m.value()->weights(), 2);
+  // Per layer: q, k, v, o, gate, up, down; plus the output matrix.
+  const double per_layer = (double)c.n_embd * (c.q_dim() + 2 * c.kv_dim() + c.q_dim()) + 3.0 * c.n_embd * c.n_ff;
+  EXPECT_DOUBLE_EQ(shape.matmul_elements_per_token, c.n_layer * per_layer + (double)c.n_vocab * c.n_embd);
+  EXPECT_DOUBLE_EQ(shape.matmul_bytes, shape.matmul_elements_per_token * 34 / 32);
+  // Decode at position p: 2 FLOPs per weight element plus attention over p + 1 keys.
+  const PhaseCost d = decode_cost(shape, 1, 9);
+  EXPECT_DOUBLE_EQ(d.flops, 2 * shape.matmul_elements_per_token + 4.0 * c.n_layer * c.n_head * c.head_dim * 10);
+  EXPECT_DOUBLE_EQ(d.kv_read_bytes, shape.kv_bytes_per_position * 10);
+  EXPECT_DOUBLE_EQ(d.weight_bytes, shape.matmul_bytes);
+  // Prefill of n tokens in one chunk reads the weights once: intensity grows ~ n.
+  const PhaseCost p1 = prefill_cost(shape, 1), p32 = prefill_cost(shape, 32);
+  EXPECT_DOUBLE_EQ(p32.weight_bytes, shape.matmul_bytes);
+  EXPECT_GT(p32.intensity(), 20 * p1.intensity());
+  EXPECT_DOUBLE_EQ(prefill_cost(shape, 40, 0, 16).weight_bytes, 3 * shape.matmul_bytes);  // chunks of 16
+  // Prefill's attention sum equals decode's, token by token.
+  EXPECT_NEAR(prefill_cost(shape, 5, 3).flops, decode_cost(shape, 5, 3).flops, 1e-6 * decode_cost(shape, 5, 3).flops);
+  // Naive mode: step k is a prefill of k tokens.
+  EXPECT_DOUBLE_EQ(no_cache_cost(shape, 1, 3).flops,
+                   prefill_cost(shape, 1).flops + prefill_cost(shape, 2).flops + prefill_cost(shape, 3).flops);
+}
+
+TEST(Probes, ReturnPlausiblePeaks) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    const double f = cpu::measure_peak_flops(isa, 1, 0.02);
+    EXPECT_GT(f, 1e8) << cpu::isa_name(isa);   // any CPU of this century
+    EXPECT_LT(f, 1e13) << cpu::isa_name(isa);  // one core
+  }
+  const double bw = cpu::measure_read_bandwidth(1, size_t(16) << 20, 2);
+  EXPECT_GT(bw, 1e8);
+  EXPECT_LT(bw, 1e13);
+}
+
+TEST(BenchRuns, FittedExponent) {
+  EXPECT_NEAR(apps::fitted_exponent({1, 2, 4, 8}, {3, 12, 48, 192}), 2.0, 1e-12);
+  EXPECT_NEAR(apps::fitted_exponent({10, 100, 1000}, {5, 50, 500}), 1.0, 1e-12);
+  EXPECT_TRUE(std::isnan(apps::fitted_exponent({1}, {1})));
+}
+
+TEST(SvgChart, DrawsSeriesAxesAndLegend) {
+  apps::Chart c{"T <&> title", "sub", "x", "y", true, true, {}};
+  c.series.push_back({"measured", {{64, 10}, {128, 20}, {256, 41}, {-1, 5}}, "#ff0000"});
+  c.series.push_back({"floor", {{64, 1}, {4096, 2}}, "#00ff00", true, false, true});
+  c.labels.push_back({128, 20, "here"});
+  const std::string svg = apps::render_svg(c);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("T &lt;&amp;&gt; title"), std::string::npos);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
+  EXPECT_NE(svg.find(">measured<"), std::string::npos);
+  EXPECT_NE(svg.find(">here<"), std::string::npos);
+  EXPECT_NE(svg.find(">1000<"), std::string::npos);  // a log-axis tick
+  size_t circles = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) circles++;
+  EXPECT_EQ(circles, 3u);  // the x = -1 point cannot sit on a log axis
+  apps::Chart empty{"nothing", "", "x", "y"};
+  EXPECT_NE(apps::render_svg(empty).find("</svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem
