@@ -35,7 +35,7 @@ Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& 
   fmt::print(stderr, "sweep: prefill and decode at {} context lengths...\n", lengths.size());
   auto ctx = sweep_context(m, lengths, 8, o.kv_dtype);
   if (!ctx.ok()) return ctx.error();
-  Series ttft{"TTFT (measured)", {}, kBlue}, ttft_lin{"prefill at pp tok/s", {}, kGray, true, false, true};
+  Series ttft{"TTFT (measured)", {}, kBlue}, ttft_lin{"linear at the pp speed", {}, kGray, true, false, true};
   Series tpot{"TPOT (measured)", {}, kOrange}, tpot_bw{"bandwidth floor", {}, kGray, true, false, true};
   fmt::print("{:>8} {:>10} {:>10} {:>12}\n", "context", "TTFT ms", "TPOT ms", "decode GB/s");
   std::vector<PhaseMeasure> sweep_prefill, sweep_decode;
@@ -94,7 +94,7 @@ Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& 
   // 3. Roofline: both roofs, and where each phase ran.
   Series roof{"roof: min(peak, GB/s x I)", {}, "#333"};
   for (int k = 0; k <= 60; k++) {
-    const double i = std::pow(10.0, -1.0 + k * 4.0 / 60);
+    const double i = std::pow(10.0, -1.0 + k * 5.0 / 60);
     roof.points.emplace_back(i, std::min(peaks.flops_per_s, peaks.read_bytes_per_s * i) / 1e9);
   }
   roof.markers = false;
@@ -110,7 +110,7 @@ Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& 
   rl.labels.push_back({pp.cost.intensity(), pp.flops_per_s() / 1e9, pp.name, kBlue});
   rl.labels.push_back({tg.cost.intensity(), tg.flops_per_s() / 1e9, tg.name, kOrange});
   rl.x_min = 0.1;
-  rl.x_max = 1000;
+  rl.x_max = 10000;
   TANDEM_TRY(write_svg(rl, o.dir + "/roofline.svg"));
   fmt::print(stderr, "sweep: wrote {}/ttft_vs_prompt.svg, tpot_vs_context.svg, kv_cache_vs_naive.svg, roofline.svg\n", o.dir);
   return Status::Ok();

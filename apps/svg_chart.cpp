@@ -89,6 +89,26 @@ Axis make_axis(bool log, double dmin, double dmax, double fixed_min, double fixe
 
 }  // namespace
 
+// Breaks text into lines of at most `width` characters at spaces.
+static std::vector<std::string> wrap(const std::string& text, size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t sp = text.find(' ', pos);
+    if (sp == std::string::npos) sp = text.size();
+    const std::string word = text.substr(pos, sp - pos);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    pos = sp + 1;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
 std::string render_svg(const Chart& c) {
   double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
   for (const Series& s : c.series)
@@ -96,18 +116,20 @@ std::string render_svg(const Chart& c) {
       if (!std::isfinite(x) || !std::isfinite(y) || (c.log_x && x <= 0) || (c.log_y && y <= 0)) continue;
       xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymin = std::min(ymin, y), ymax = std::max(ymax, y);
     }
+  const std::vector<std::string> sub = c.subtitle.empty() ? std::vector<std::string>{} : wrap(c.subtitle, 118);
+  const double top = kTop + 15.0 * std::max<double>(0, (double)sub.size() - 1);
   const Axis ax = make_axis(c.log_x, xmin, xmax, c.x_min, c.x_max, kLeft, kWidth - kRight);
-  const Axis ay = make_axis(c.log_y, ymin, ymax, c.y_min, c.y_max, kHeight - kBottom, kTop);
+  const Axis ay = make_axis(c.log_y, ymin, ymax, c.y_min, c.y_max, kHeight - kBottom, top);
 
   std::string o = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"Helvetica, Arial, sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
       kWidth, kHeight);
   o += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"17\" font-weight=\"bold\">{}</text>\n", kLeft, escape(c.title));
-  if (!c.subtitle.empty())
-    o += fmt::format("<text x=\"{}\" y=\"44\" font-size=\"12\" fill=\"#555\">{}</text>\n", kLeft, escape(c.subtitle));
+  for (size_t k = 0; k < sub.size(); k++)
+    o += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#555\">{}</text>\n", kLeft, 44 + 15 * k, escape(sub[k]));
   // Grid and ticks.
-  const double x0 = kLeft, x1 = kWidth - kRight, y0 = kHeight - kBottom, y1 = kTop;
+  const double x0 = kLeft, x1 = kWidth - kRight, y0 = kHeight - kBottom, y1 = top;
   for (double v : ticks(ax)) {
     const double px = ax.map(v);
     o += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>\n", px, y0, y1);

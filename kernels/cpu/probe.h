@@ -10,7 +10,7 @@
 namespace tandem::cpu {
 
 struct MachinePeaks {
-  double read_bytes_per_s = 0;  // best of several passes over a buffer far larger than the caches
+  double read_bytes_per_s = 0;  // median of several passes over a buffer far larger than the caches
   double flops_per_s = 0;       // independent FMA chains on every thread, f32
   int threads = 0;
   size_t probe_bytes = 0;
@@ -19,8 +19,8 @@ struct MachinePeaks {
   double ridge() const { return read_bytes_per_s > 0 ? flops_per_s / read_bytes_per_s : 0; }
 };
 
-// Sums `bytes` of floats with `threads` threads, `passes` times; returns the best bytes/s.
-double measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int passes = 4);
+// Sums `bytes` of floats with `threads` threads, `passes` times; returns the median bytes/s.
+double measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int passes = 5);
 // Runs independent FMA chains for about `seconds` on each thread; returns FLOP/s.
 double measure_peak_flops(Isa isa, int threads, double seconds = 0.2);
 MachinePeaks measure_machine(Isa isa, int threads);
