@@ -116,7 +116,7 @@ std::string render_svg(const Chart& c) {
       if (!std::isfinite(x) || !std::isfinite(y) || (c.log_x && x <= 0) || (c.log_y && y <= 0)) continue;
       xmin = std::min(xmin, x), xmax = std::max(xmax, x), ymin = std::min(ymin, y), ymax = std::max(ymax, y);
     }
-  const std::vector<std::string> sub = c.subtitle.empty() ? std::vector<std::string>{} : wrap(c.subtitle, 118);
+  const std::vector<std::string> sub = c.subtitle.empty() ? std::vector<std::string>{} : wrap(c.subtitle, 100);
   const double top = kTop + 15.0 * std::max<double>(0, (double)sub.size() - 1);
   const Axis ax = make_axis(c.log_x, xmin, xmax, c.x_min, c.x_max, kLeft, kWidth - kRight);
   const Axis ay = make_axis(c.log_y, ymin, ymax, c.y_min, c.y_max, kHeight - kBottom, top);

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""tandem vs the llama.cpp peer, same files, same threads, alternating in one run.
+
+    python3 bench/compare.py [--threads 2] [--reps 3] [--rounds 2] [--models all|real|...] [--write]
+
+1. Builds the peer (llama-bench, llama-quantize) from the llama-cpp-python source package,
+   which vendors llama.cpp, into bench/.peer/ unless --peer-bin points at a build.
+2. Makes the benchmark models in bench/.models/: the real SmolLM2-135M Q4_1 (models/), random
+   weights in its shape as Q8_0 and F16 (../shared/tools/make_gguf.py, quantized by the peer's
+   llama-quantize) and a Llama-3.2-1B-shaped Q4_0.
+3. Runs `tandem bench --json` and `llama-bench -o json` alternately, --rounds times each, and
+   prints a markdown table of pp/tg tok/s, ratios, and tandem's GB/s and % of measured
+   bandwidth; --write appends it, with the machine and the commands, to bench/RESULTS.md.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+PEER_DIR = os.path.join(BENCH, ".peer")
+MODELS_DIR = os.path.join(BENCH, ".models")
+SHARED = os.path.join(ROOT, "..", "shared")
+PEER_CMAKE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_AVX512=ON",
+              "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_BF16=ON",
+              # AMX kernels crash on this machine kind; the peer runs its AVX-512 paths.
+              "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
+              "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+
+
+def sh(cmd, **kw):
+    print("+", " ".join(cmd), file=sys.stderr)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def build_peer():
+    binary = os.path.join(PEER_DIR, "build", "bin", "llama-bench")
+    if os.path.exists(binary):
+        return os.path.dirname(binary)
+    os.makedirs(PEER_DIR, exist_ok=True)
+    if not glob.glob(os.path.join(PEER_DIR, "llama_cpp_python-*.tar.gz")):
+        sh([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "llama-cpp-python", "-d", PEER_DIR])
+    tarball = sorted(glob.glob(os.path.join(PEER_DIR, "llama_cpp_python-*.tar.gz")))[-1]
+    sh(["tar", "xzf", tarball, "-C", PEER_DIR])
+    src = os.path.join(tarball[:-len(".tar.gz")], "vendor", "llama.cpp")
+    build = os.path.join(PEER_DIR, "build")
+    sh(["cmake", "-S", src, "-B", build] + PEER_CMAKE)
+    sh(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "llama-bench", "llama-quantize"])
+    return os.path.dirname(binary)
+
+
+def peer_env(bin_dir):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = bin_dir + ":" + env.get("LD_LIBRARY_PATH", "")
+    return env
+
+
+def make_models(bin_dir, which):
+    os.makedirs(MODELS_DIR, exist_ok=True)
+    out = []
+    real = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if "real" in which and os.path.exists(real):
+        out.append(("SmolLM2-135M Q4_1 (real)", real))
+    gen = os.path.join(SHARED, "tools", "make_gguf.py")
+    for shape, qtype, label in (("smollm2-135m", "Q8_0", "SmolLM2-135M-shaped Q8_0 (random)"),
+                                ("smollm2-135m", "F16", "SmolLM2-135M-shaped F16 (random)"),
+                                ("llama-1b", "Q4_0", "Llama-3.2-1B-shaped Q4_0 (random)")):
+        key = f"{shape}-{qtype}".lower()
+        if key not in which and "all" not in which:
+            continue
+        f16 = os.path.join(MODELS_DIR, f"{shape}-f16.gguf")
+        if not os.path.exists(f16):
+            sh([sys.executable, gen, f16, shape])
+        path = f16 if qtype == "F16" else os.path.join(MODELS_DIR, f"{shape}-{qtype.lower()}.gguf")
+        if not os.path.exists(path):
+            sh([os.path.join(bin_dir, "llama-quantize"), f16, path, qtype], env=peer_env(bin_dir), stdout=subprocess.DEVNULL)
+        out.append((label, path))
+    return out
+
+
+def run_tandem(tandem, model, threads, reps):
+    r = subprocess.run([tandem, "bench", "-m", model, "-t", str(threads), "-r", str(reps), "--json"],
+                       check=True, capture_output=True, text=True)
+    j = json.loads(r.stdout)
+    return {"pp": j["pp512"]["tok_s"], "tg": j["tg128"]["tok_s"], "tg_gbs": j["tg128"]["gb_s"],
+            "tg_bw": j["tg128"]["pct_read_bandwidth"], "bw": j["machine"]["read_gb_s"]}
+
+
+def run_peer(bin_dir, model, threads, reps):
+    r = subprocess.run([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-r", str(reps),
+                        "-p", "512", "-n", "128", "-o", "json"], check=True, capture_output=True, text=True,
+                       env=peer_env(bin_dir))
+    res = {}
+    for t in json.loads(r.stdout):
+        res["pp" if t["n_prompt"] > 0 else "tg"] = t["avg_ts"]
+    return res
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--models", default="all", help="all, or a comma list of: real, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0")
+    ap.add_argument("--peer-bin", help="folder holding a built llama-bench and llama-quantize")
+    ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))
+    ap.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
+    a = ap.parse_args()
+    which = set(a.models.split(","))
+    if "all" in which:
+        which |= {"real"}
+    bin_dir = a.peer_bin or build_peer()
+    models = make_models(bin_dir, which)
+    rows = []
+    for label, path in models:
+        t_runs, p_runs = [], []
+        for _ in range(a.rounds):  # alternate, so drift in the machine's speed hits both
+            t_runs.append(run_tandem(a.tandem, path, a.threads, a.reps))
+            p_runs.append(run_peer(bin_dir, path, a.threads, a.reps))
+        t = {k: mean([r[k] for r in t_runs]) for k in t_runs[0]}
+        p = {k: mean([r[k] for r in p_runs]) for k in p_runs[0]}
+        rows.append((label, os.path.getsize(path), t, p))
+        print(f"{label}: tandem pp512 {t['pp']:.1f} tg128 {t['tg']:.1f} | llama.cpp pp512 {p['pp']:.1f} tg128 {p['tg']:.1f}",
+              file=sys.stderr)
+    lines = ["| model | size | tandem pp512 | llama.cpp pp512 | ratio | tandem tg128 | llama.cpp tg128 | ratio | tandem decode GB/s | % of read BW |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label, size, t, p in rows:
+        lines.append(f"| {label} | {size / 2**20:.0f} MiB | {t['pp']:.1f} | {p['pp']:.1f} | {t['pp'] / p['pp']:.2f}x | "
+                     f"{t['tg']:.1f} | {p['tg']:.1f} | {t['tg'] / p['tg']:.2f}x | {t['tg_gbs']:.1f} | {t['tg_bw']:.0f}% |")
+    table = "\n".join(lines)
+    print(table)
+    if a.write:
+        bw = mean([r[2]["bw"] for r in rows])
+        cpu = ""
+        try:
+            cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        except (OSError, StopIteration):
+            cpu = platform.processor()
+        section = (f"## {datetime.date.today()}: side by side, `bench/compare.py`\n\n"
+                   f"Machine: {cpu}, {os.cpu_count()} cores, {a.threads} threads; tandem's read-bandwidth probe "
+                   f"{bw:.1f} GB/s (median pass). Each figure is the mean of {a.rounds} alternating rounds of "
+                   f"{a.reps} repetitions.\n"
+                   f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} --json` and "
+                   f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -o json` "
+                   f"(peer: llama.cpp vendored in llama-cpp-python, built by bench/compare.py).\n\n{table}\n\n")
+        path = os.path.join(BENCH, "RESULTS.md")
+        text = open(path).read()
+        head, sep, rest = text.partition("\n## ")
+        open(path, "w").write(head.rstrip("\n") + "\n\n" + section + ("## " + rest if sep else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
