@@ -83,21 +83,50 @@ void LlamaModel::project(std::initializer_list<cpu::Projection> group, const flo
   cpu::matmul_group(std::span<const cpu::Projection>(group.begin(), group.size()), in, n, kernels_);
 }
 
+namespace {
+
+// One sequence's contiguous cache, the tokens in flight at [pos0, pos0 + n).
+class ContiguousKv : public LayerKv {
+ public:
+  ContiguousKv(KvCache& kv, int64_t pos0, const cpu::AttentionShape& shape, const cpu::CpuKernels& k)
+      : kv_(kv), pos0_(pos0), shape_(shape), kernels_(k) {}
+  void store(int layer, const float* k, const float* v, int64_t n) override { kv_.store(layer, pos0_, k, v, n); }
+  void attend(int layer, const float* q, int64_t n, float* out) override {
+    cpu::attention(q, kv_.k(layer), kv_.v(layer), kv_.shape().dtype, n, pos0_, shape_, out, kernels_);
+  }
+
+ private:
+  KvCache& kv_;
+  int64_t pos0_;
+  cpu::AttentionShape shape_;
+  const cpu::CpuKernels& kernels_;
+};
+
+}  // namespace
+
 void LlamaModel::run_layers(KvCache& kv, int64_t n, int64_t pos0) {
   const LlamaConfig& c = config_;
+  ContiguousKv backend(kv, pos0, {c.n_head, c.n_kv_head, c.head_dim}, kernels_);
+  std::vector<int64_t> pos((size_t)n);
+  for (int64_t t = 0; t < n; t++) pos[(size_t)t] = pos0 + t;
+  run_layers(backend, n, pos.data());
+  kv.advance(n);
+}
+
+void LlamaModel::run_layers(LayerKv& kv, int64_t n, const int64_t* pos) {
+  const LlamaConfig& c = config_;
   const int64_t d = c.n_embd;
-  const cpu::AttentionShape shape{c.n_head, c.n_kv_head, c.head_dim};
   for (int li = 0; li < c.n_layer; li++) {
     const LlamaLayerWeights& L = weights_.layers[li];
     // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
     for (int64_t t = 0; t < n; t++) cpu::rmsnorm(&x_[t * d], L.attn_norm.data(), &xb_[t * d], d, c.rms_eps);
     project({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), n);
     for (int64_t t = 0; t < n; t++) {
-      cpu::rope(&q_[t * c.q_dim()], c.n_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
-      cpu::rope(&k_[t * c.kv_dim()], c.n_kv_head, c.head_dim, c.rope_dim, pos0 + t, inv_freq_.data());
+      cpu::rope(&q_[t * c.q_dim()], c.n_head, c.head_dim, c.rope_dim, pos[t], inv_freq_.data());
+      cpu::rope(&k_[t * c.kv_dim()], c.n_kv_head, c.head_dim, c.rope_dim, pos[t], inv_freq_.data());
     }
-    kv.store(li, pos0, k_.data(), v_.data(), n);
-    cpu::attention(q_.data(), kv.k(li), kv.v(li), kv.shape().dtype, n, pos0, shape, att_.data(), kernels_);
+    kv.store(li, k_.data(), v_.data(), n);
+    kv.attend(li, q_.data(), n, att_.data());
     project({{&L.wo, proj_.data()}}, att_.data(), n);
     cpu::add_inplace(x_.data(), proj_.data(), n * d);
 
@@ -108,14 +137,19 @@ void LlamaModel::run_layers(KvCache& kv, int64_t n, int64_t pos0) {
     project({{&L.w_down, proj_.data()}}, gate_.data(), n);
     cpu::add_inplace(x_.data(), proj_.data(), n * d);
   }
-  kv.advance(n);
 }
 
 void LlamaModel::compute_logits(int64_t first_row, int64_t n_rows, float* out) {
+  std::vector<int64_t> rows((size_t)n_rows);
+  for (int64_t r = 0; r < n_rows; r++) rows[(size_t)r] = first_row + r;
+  compute_logits_rows(rows, out);
+}
+
+void LlamaModel::compute_logits_rows(std::span<const int64_t> rows, float* out) {
   const int64_t d = config_.n_embd;
-  for (int64_t r = 0; r < n_rows; r++)
-    cpu::rmsnorm(&x_[(first_row + r) * d], weights_.output_norm.data(), &xb_[r * d], d, config_.rms_eps);
-  project({{&weights_.output, out}}, xb_.data(), n_rows);
+  for (size_t r = 0; r < rows.size(); r++)
+    cpu::rmsnorm(&x_[rows[r] * d], weights_.output_norm.data(), &xb_[r * d], d, config_.rms_eps);
+  project({{&weights_.output, out}}, xb_.data(), (int64_t)rows.size());
 }
 
 Result<std::span<const float>> LlamaModel::prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits) {

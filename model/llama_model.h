@@ -31,6 +31,28 @@ struct ModelOptions {
   bool quantized_activations = true;
 };
 
+class BlockPool;
+
+// Where a forward pass writes and reads K,V for one layer: a sequence's contiguous cache, or
+// the blocks of a pool shared by many sequences.
+class LayerKv {
+ public:
+  virtual ~LayerKv() = default;
+  // Rows for the n tokens in flight: k, v [n, kv_dim].
+  virtual void store(int layer, const float* k, const float* v, int64_t n) = 0;
+  // Attention of the n tokens' queries q [n, q_dim] into out [n, q_dim].
+  virtual void attend(int layer, const float* q, int64_t n, float* out) = 0;
+};
+
+// One token of a serving step: which sequence it belongs to, its position, whether its
+// logits are wanted (the last prompt token, or a decode token).
+struct BatchEntry {
+  int32_t token = 0;
+  int64_t pos = 0;
+  int seq = 0;
+  bool logits = false;
+};
+
 class LlamaModel {
  public:
   static Result<std::unique_ptr<LlamaModel>> load(const std::string& path, const ModelOptions& opts = {});
@@ -52,6 +74,13 @@ class LlamaModel {
   // Phase 2. Runs one token at position kv.size(), appends its K,V, returns [n_vocab] logits.
   Result<std::span<const float>> decode(KvCache& kv, int32_t token);
 
+  // A serving step (continuous batching): tokens of several sequences in one pass, so every
+  // weight matrix multiplies all of them at once. Token i's K,V go to the blocks of
+  // tables[batch[i].seq] (which must cover its position) and its attention reads them.
+  // Returns [n_logits, n_vocab]: one row per entry with logits set, in batch order.
+  Result<std::span<const float>> forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
+                                               std::span<const std::vector<int32_t>> tables);
+
   // Naive mode: no persistent cache. Recomputes K,V for the whole sequence in one pass over a
   // scratch cache that is discarded, returning the logits of the last position. K,V are
   // rounded to kv_dtype as the cached path rounds them, so both paths compute the same thing.
@@ -62,11 +91,14 @@ class LlamaModel {
   Status check_tokens(std::span<const int32_t> tokens) const;
   void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
   void embed(std::span<const int32_t> tokens);
-  // The transformer layers over n_tokens at positions [pos0, pos0 + n_tokens): prefill runs
-  // them with a block of tokens, decode with one.
-  void run_layers(KvCache& kv, int64_t n_tokens, int64_t pos0);
+  // The transformer layers over the n_tokens in flight, token t at position pos[t]: prefill
+  // runs them with a block of tokens, decode with one, a serving step with tokens of many
+  // sequences. `kv` says where each layer's K,V rows go and are read from.
+  void run_layers(LayerKv& kv, int64_t n_tokens, const int64_t* pos);
+  void run_layers(KvCache& kv, int64_t n_tokens, int64_t pos0);  // one sequence's contiguous cache
   void project(std::initializer_list<cpu::Projection> group, const float* in, int64_t n_tokens) const;
   void compute_logits(int64_t first_row, int64_t n_rows, float* out);
+  void compute_logits_rows(std::span<const int64_t> rows, float* out);  // rows of x_, in order
 
   std::unique_ptr<GgufFile> file_;
   LlamaConfig config_;

@@ -21,4 +21,22 @@ struct AttentionShape {
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
 
+// K and V of one sequence held in a pool of fixed-size blocks (kv/block_pool.h): position t
+// lives in block table[t / block_tokens], row t % block_tokens.
+struct PagedKvView {
+  const uint8_t* pool = nullptr;  // the pool's storage
+  size_t block_bytes = 0;         // stride between blocks
+  size_t k_offset = 0;            // this layer's K rows inside a block
+  size_t v_offset = 0;            // this layer's V rows inside a block
+  size_t row_bytes = 0;           // one row: n_kv_head * head_dim elements
+  int block_tokens = 0;
+  const int32_t* table = nullptr;
+};
+
+// Attention for a batch mixing sequences: query row i belongs to sequence seq[i] at position
+// pos[i] and attends over [0, pos[i]] of views[seq[i]]. The arithmetic is the same, in the same
+// order, as attention() over a contiguous cache, so both paths give identical results.
+void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int* seq, const PagedKvView* views,
+                     DType kv_type, const AttentionShape& shape, float* out, const CpuKernels& kernels);
+
 }  // namespace tandem::cpu

@@ -1,0 +1,281 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+    default: return "none";
+  }
+}
+
+struct Scheduler::Seq {
+  int64_t id = 0;
+  RequestParams params;
+  SeqCallback cb;
+  Sampler sampler;
+  std::vector<int32_t> tokens;   // prompt, then generated
+  int64_t n_computed = 0;        // tokens whose K,V are in `blocks`
+  std::vector<int32_t> blocks;   // block table
+  std::vector<uint64_t> hashes;  // chained hash of each full block (0 = not yet)
+  int n_prompt = 0, n_cached = 0, n_generated = 0;
+  bool cancelled = false;
+  bool admitted = false;  // admitted once (a preempted sequence comes back)
+  Seq(int64_t i, RequestParams p, SeqCallback c) : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling) {}
+};
+
+Scheduler::Scheduler(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
+Scheduler::~Scheduler() {
+  for (auto& s : running_)
+    for (int32_t b : s->blocks) pool_.release(b);
+}
+
+Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
+  const int64_t ctx = model_.config().n_ctx_train;
+  if (p.prompt.empty()) return make_error("the prompt is empty");
+  if ((int64_t)p.prompt.size() >= ctx)
+    return make_error("the prompt has {} tokens; the model's context is {}", p.prompt.size(), ctx);
+  const int64_t B = pool_.block_tokens();
+  const int64_t need = ((int64_t)p.prompt.size() + 1 + B - 1) / B;
+  if (need > pool_.shape().n_blocks)
+    return make_error("the prompt needs {} KV blocks; the pool has {}", need, pool_.shape().n_blocks);
+  p.max_tokens = (int)std::min<int64_t>(std::max(0, p.max_tokens), ctx - (int64_t)p.prompt.size());
+  const int64_t id = next_id_++;
+  auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb));
+  s->tokens = s->params.prompt;
+  s->n_prompt = (int)s->tokens.size();
+  waiting_.push_back(std::move(s));
+  return id;
+}
+
+void Scheduler::cancel(int64_t id) {
+  for (auto& s : waiting_)
+    if (s->id == id) s->cancelled = true;
+  for (auto& s : running_)
+    if (s->id == id) s->cancelled = true;
+}
+
+bool Scheduler::admit(Seq& s) {
+  // Reuse cached full blocks of the prefix; at least one token stays to compute, for logits.
+  const int64_t B = pool_.block_tokens();
+  uint64_t parent = 0;
+  const int64_t reusable = ((int64_t)s.tokens.size() - 1) / B;
+  for (int64_t k = 0; k < reusable; k++) {
+    const uint64_t h = BlockPool::chain_hash(parent, std::span<const int32_t>(s.tokens.data() + k * B, (size_t)B));
+    const int32_t b = pool_.lookup(h);
+    if (b < 0) break;
+    s.blocks.push_back(b);
+    s.hashes.push_back(h);
+    parent = h;
+  }
+  s.n_computed = (int64_t)s.blocks.size() * B;
+  const bool first_time = !s.admitted;
+  if (first_time) s.n_cached = (int)s.n_computed;
+  if (!ensure_blocks(s, s.n_computed + 1)) {
+    for (int32_t b : s.blocks) pool_.release(b);
+    s.blocks.clear();
+    s.hashes.clear();
+    s.n_computed = 0;
+    if (first_time) s.n_cached = 0;
+    return false;
+  }
+  if (first_time) {
+    stats_.prompt_tokens += s.n_prompt;
+    stats_.cached_prompt_tokens += s.n_cached;
+  }
+  s.admitted = true;
+  return true;
+}
+
+bool Scheduler::ensure_blocks(Seq& s, int64_t upto) {
+  const int64_t B = pool_.block_tokens();
+  while ((int64_t)s.blocks.size() * B < upto) {
+    const int32_t b = pool_.allocate();
+    if (b < 0) return false;
+    s.blocks.push_back(b);
+    s.hashes.push_back(0);
+  }
+  return true;
+}
+
+void Scheduler::preempt(Seq& s) {
+  // Free everything; the sequence restarts from its tokens so far (prompt + generated).
+  for (int32_t b : s.blocks) pool_.release(b);
+  s.blocks.clear();
+  s.hashes.clear();
+  s.n_computed = 0;
+  stats_.preemptions++;
+}
+
+void Scheduler::publish_full_blocks(Seq& s) {
+  const int64_t B = pool_.block_tokens();
+  const int64_t full = s.n_computed / B;
+  for (int64_t k = 0; k < full && k < (int64_t)s.blocks.size(); k++) {
+    if (s.hashes[(size_t)k] != 0) continue;
+    const uint64_t parent = k ? s.hashes[(size_t)k - 1] : 0;
+    s.hashes[(size_t)k] = BlockPool::chain_hash(parent, std::span<const int32_t>(s.tokens.data() + k * B, (size_t)B));
+    pool_.publish(s.blocks[(size_t)k], s.hashes[(size_t)k]);
+  }
+}
+
+void Scheduler::finish(Seq& s, FinishReason r, const std::string& error) {
+  for (int32_t b : s.blocks) pool_.release(b);
+  s.blocks.clear();
+  SeqEvent e;
+  e.id = s.id;
+  e.finish = r;
+  e.error = error;
+  e.n_prompt = s.n_prompt;
+  e.n_cached = s.n_cached;
+  e.n_generated = s.n_generated;
+  s.cb(e);
+}
+
+Status Scheduler::step() {
+  // Drop cancelled requests first: their blocks return to the pool now.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->cancelled) {
+      finish(**it, FinishReason::Cancelled);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->cancelled) {
+      finish(**it, FinishReason::Cancelled);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Admit waiting requests while there is room.
+  while (!waiting_.empty() && (int)running_.size() < opts_.max_running) {
+    Seq& s = *waiting_.front();
+    if (!admit(s)) break;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (running_.empty()) return Status::Ok();
+
+  // Plan this step: decode tokens first (one each), then prefill chunks, within the budget.
+  struct Planned {
+    Seq* seq;
+    int64_t n;
+  };
+  std::vector<Planned> plan;
+  int64_t budget = opts_.max_batch_tokens;
+  for (int pass = 0; pass < 2; pass++)
+    for (auto& sp : running_) {
+      Seq& s = *sp;
+      const int64_t remaining = (int64_t)s.tokens.size() - s.n_computed;
+      const bool decoding = remaining == 1;
+      if ((pass == 0) != decoding || budget <= 0) continue;
+      plan.push_back({&s, std::min(remaining, budget)});
+      budget -= plan.back().n;
+    }
+  // Blocks for the plan; when the pool is exhausted preempt the newest running sequence
+  // (possibly the one asking). A sequence alone that still cannot grow has outgrown the pool.
+  for (size_t i = 0; i < plan.size();) {
+    Seq* s = plan[i].seq;
+    if (ensure_blocks(*s, s->n_computed + plan[i].n)) {
+      i++;
+      continue;
+    }
+    if (running_.size() == 1) {
+      s->cancelled = true;
+      finish(*s, FinishReason::Length, "the KV pool is full");
+      running_.clear();
+      plan.clear();
+      break;
+    }
+    Seq* victim = running_.back().get();
+    preempt(*victim);
+    auto vit = std::find_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; });
+    if (vit != plan.end()) {
+      const size_t vi = (size_t)(vit - plan.begin());
+      plan.erase(vit);
+      if (vi < i) i--;
+    }
+    waiting_.push_front(std::move(running_.back()));
+    running_.pop_back();
+  }
+  if (plan.empty()) return Status::Ok();
+
+  std::vector<BatchEntry> batch;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<Seq*> logit_seq;
+  for (size_t i = 0; i < plan.size(); i++) {
+    Seq& s = *plan[i].seq;
+    tables.push_back(s.blocks);
+    for (int64_t k = 0; k < plan[i].n; k++) {
+      const int64_t p = s.n_computed + k;
+      const bool last = p == (int64_t)s.tokens.size() - 1;
+      batch.push_back({s.tokens[(size_t)p], p, (int)i, last});
+      if (last) logit_seq.push_back(&s);
+    }
+  }
+  auto logits = model_.forward_batch(pool_, batch, tables);
+  stats_.steps++;
+  if (!logits.ok()) {
+    const std::string msg = logits.error().message;
+    for (auto& p : plan) p.seq->cancelled = true, finish(*p.seq, FinishReason::Error, msg);
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->cancelled; }), running_.end());
+    return logits.error();
+  }
+  for (auto& p : plan) {
+    p.seq->n_computed += p.n;
+    publish_full_blocks(*p.seq);
+  }
+  // Sample for every sequence whose last token ran, and report.
+  const int64_t V = model_.config().n_vocab;
+  std::vector<Seq*> done;
+  for (size_t r = 0; r < logit_seq.size(); r++) {
+    Seq& s = *logit_seq[r];
+    const std::span<const float> row = logits.value().subspan(r * (size_t)V, (size_t)V);
+    if (s.n_generated >= s.params.max_tokens) {  // max_tokens == 0, or resumed at the limit
+      done.push_back(&s);
+      continue;
+    }
+    const int32_t tok = s.sampler.sample(row, s.tokens);
+    SeqEvent e;
+    e.id = s.id;
+    e.token = tok;
+    if (s.params.want_logprobs) {
+      float mx = row[0];
+      for (float x : row) mx = std::max(mx, x);
+      double sum = 0;
+      for (float x : row) sum += std::exp((double)x - mx);
+      e.logprob = (float)((double)row[(size_t)tok] - mx - std::log(sum));
+    }
+    const bool eog = std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
+    if (eog) {
+      s.cancelled = true;  // marks it for removal below
+      finish(s, FinishReason::Stop);
+      continue;
+    }
+    s.tokens.push_back(tok);
+    s.n_generated++;
+    stats_.generated_tokens++;
+    if (!s.cb(e)) {
+      s.cancelled = true;
+      finish(s, FinishReason::Cancelled);
+      continue;
+    }
+    if (s.n_generated >= s.params.max_tokens || (int64_t)s.tokens.size() >= model_.config().n_ctx_train) done.push_back(&s);
+  }
+  for (Seq* s : done) {
+    s->cancelled = true;
+    finish(*s, FinishReason::Length);
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->cancelled; }), running_.end());
+  return Status::Ok();
+}
+
+}  // namespace tandem

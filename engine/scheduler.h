@@ -1,0 +1,97 @@
+// Iteration-level continuous batching over the paged KV cache. Each step() runs one forward
+// pass holding the next token of every decoding sequence plus chunks of prompts still being
+// prefilled (chunked prefill, within a token budget), so a new request starts while others
+// are mid-generation. When blocks run out the newest running sequence is preempted: its
+// blocks are freed and it is recomputed later from its tokens so far, instead of failing.
+// Full blocks are published to the pool's prefix cache, so a request sharing a prefix (a
+// system prompt) skips that part of prefill.
+//
+// Not thread-safe: the serving loop (server/) owns it and feeds it from one thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "kv/block_pool.h"
+#include "model/llama_model.h"
+
+namespace tandem {
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct RequestParams {
+  std::vector<int32_t> prompt;
+  int max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;  // end-of-generation ids
+  bool want_logprobs = false;
+};
+
+// What the scheduler reports for a request: one event per generated token, then a last one
+// with finish set (and no token).
+struct SeqEvent {
+  int64_t id = 0;
+  int32_t token = -1;
+  float logprob = 0;  // log-softmax of the chosen token (when asked for)
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  int n_prompt = 0, n_cached = 0, n_generated = 0;  // on the finish event
+};
+// Return false to cancel the request (e.g. its client went away).
+using SeqCallback = std::function<bool(const SeqEvent&)>;
+
+struct SchedulerOptions {
+  int64_t max_batch_tokens = 512;  // tokens per forward pass (decode tokens first)
+  int max_running = 64;            // sequences in flight
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  int64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o = {});
+  ~Scheduler();
+
+  // Queues a request; events arrive through `cb` during step(). Returns its id, or an error
+  // for a request that can never run (empty prompt, prompt past the context or the pool).
+  Result<int64_t> add(RequestParams params, SeqCallback cb);
+  // Cancels a queued or running request; its blocks are freed at the next step.
+  void cancel(int64_t id);
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // One iteration: schedule, one forward pass, sample, report. Errors of the pass finish the
+  // sequences in it with FinishReason::Error; the scheduler stays usable.
+  Status step();
+
+  size_t n_waiting() const { return waiting_.size(); }
+  size_t n_running() const { return running_.size(); }
+  const SchedulerStats& stats() const { return stats_; }
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  struct Seq;
+  bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
+  bool ensure_blocks(Seq& s, int64_t upto);
+  void preempt(Seq& s);
+  void finish(Seq& s, FinishReason r, const std::string& error = "");
+  void publish_full_blocks(Seq& s);
+
+  LlamaModel& model_;
+  BlockPool& pool_;
+  SchedulerOptions opts_;
+  int64_t next_id_ = 1;
+  std::deque<std::unique_ptr<Seq>> waiting_;
+  std::vector<std::unique_ptr<Seq>> running_;  // oldest first
+  SchedulerStats stats_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,96 @@
+#include "server/serving_loop.h"
+
+#include "core/timer.h"
+
+namespace tandem::server {
+
+ServingLoop::ServingLoop(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
+    : sched_(model, pool, o), pool_(pool), metrics_(metrics) {
+  thread_ = std::thread([this] { run(); });
+}
+
+ServingLoop::~ServingLoop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ServingLoop::submit(RequestParams p, SeqCallback cb, std::function<void(Result<int64_t>)> accepted) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    inbox_.push_back({std::move(p), std::move(cb), std::move(accepted)});
+    idle_ = false;
+  }
+  cv_.notify_all();
+}
+
+void ServingLoop::cancel(int64_t id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void ServingLoop::wait_idle() {
+  std::unique_lock<std::mutex> l(mu_);
+  idle_cv_.wait(l, [&] { return idle_ && inbox_.empty(); });
+}
+
+void ServingLoop::run() {
+  Timer window;
+  int64_t window_tokens = 0;
+  double rate = 0;
+  while (true) {
+    std::deque<Incoming> in;
+    std::vector<int64_t> cancels;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (!sched_.has_work() && inbox_.empty() && cancels_.empty()) {
+        idle_ = true;
+        idle_cv_.notify_all();
+        cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+      }
+      if (stop_) break;
+      idle_ = false;
+      in.swap(inbox_);
+      cancels.swap(cancels_);
+    }
+    for (Incoming& r : in) {
+      auto id = sched_.add(std::move(r.p), std::move(r.cb));
+      r.accepted(id);
+    }
+    for (int64_t id : cancels) sched_.cancel(id);
+    const int64_t before = sched_.stats().generated_tokens;
+    (void)sched_.step();  // a failed pass finishes its sequences with an error event
+    window_tokens += sched_.stats().generated_tokens - before;
+    if (window.seconds() >= 2.0) {
+      rate = window_tokens / window.seconds();
+      window_tokens = 0;
+      window.reset();
+    }
+    const SchedulerStats& st = sched_.stats();
+    Gauges g;
+    g.waiting = (int64_t)sched_.n_waiting();
+    g.running = (int64_t)sched_.n_running();
+    g.kv_blocks_total = pool_.shape().n_blocks;
+    g.kv_blocks_free = pool_.free_blocks();
+    g.kv_blocks_used = pool_.used_blocks();
+    g.kv_blocks_cached = pool_.cached_blocks();
+    g.prompt_tokens = st.prompt_tokens;
+    g.cached_prompt_tokens = st.cached_prompt_tokens;
+    g.generated_tokens = st.generated_tokens;
+    g.preemptions = st.preemptions;
+    g.steps = st.steps;
+    g.tokens_per_s = sched_.has_work() ? rate : 0;
+    metrics_.set_gauges(g);
+  }
+  // Shutting down: everything still queued or running ends as cancelled.
+  for (Incoming& r : inbox_) r.accepted(make_error("the server is shutting down"));
+  inbox_.clear();
+}
+
+}  // namespace tandem::server

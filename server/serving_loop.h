@@ -1,0 +1,50 @@
+// The engine thread: owns the Scheduler and steps it while there is work. HTTP threads hand it
+// requests and cancellations through a small locked inbox, so they never wait for a forward
+// pass; events come back through each request's callback, on the engine thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "server/metrics.h"
+
+namespace tandem::server {
+
+class ServingLoop {
+ public:
+  ServingLoop(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics);
+  ~ServingLoop();  // stops the thread; pending requests finish as cancelled
+
+  // Queues a request; the result (id or error) is delivered to `accepted` on the engine thread
+  // before any event. Errors are the scheduler's (e.g. prompt past the context).
+  void submit(RequestParams p, SeqCallback cb, std::function<void(Result<int64_t>)> accepted);
+  void cancel(int64_t id);
+  // Blocks until nothing is waiting or running (tests).
+  void wait_idle();
+
+ private:
+  void run();
+
+  Scheduler sched_;
+  BlockPool& pool_;
+  Metrics& metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  struct Incoming {
+    RequestParams p;
+    SeqCallback cb;
+    std::function<void(Result<int64_t>)> accepted;
+  };
+  std::deque<Incoming> inbox_;
+  std::vector<int64_t> cancels_;
+  bool stop_ = false, idle_ = true;
+  std::thread thread_;
+};
+
+}  // namespace tandem::server
