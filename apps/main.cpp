@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(tandem::apps::add_kv_command);
   add(tandem::apps::add_explain_command);
   add(tandem::apps::add_bench_command);
+  add(tandem::apps::add_serve_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();
