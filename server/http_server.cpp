@@ -317,13 +317,15 @@ void HttpServer::routes() {
       struct StreamState {
         TextStream text;
         bool first = true, stopped = false, done = false;
+        int completion_tokens = 0;
       };
       auto st = std::make_shared<StreamState>(StreamState{TextStream(pr.stop)});
-      const bool want_lp = pr.logprobs;
+      const bool want_lp = pr.logprobs, include_usage = pr.include_usage;
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, box, st, id, chunk, logprob_json, want_lp](size_t, httplib::DataSink& sink) {
+          [this, box, st, id, chunk, logprob_json, want_lp, include_usage, n_prompt, rid, created, model_name, chat](
+              size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
               const std::string s = "data: " + j.dump() + "\n\n";
               return sink.write(s.data(), s.size());
@@ -337,6 +339,7 @@ void HttpServer::routes() {
               if (!sink.is_writable()) return false;  // the client left: the releaser cancels
             if (e.finish == FinishReason::None) {
               const std::string piece = tok_.token_to_piece(e.token);
+              st->completion_tokens++;
               const std::string text = st->text.push(piece);
               if (st->text.stopped() && !st->stopped) {
                 st->stopped = true;
@@ -351,6 +354,12 @@ void HttpServer::routes() {
             metrics_.request_finished(reason);
             if (!rest.empty() && !send(chunk(rest, nullptr, nullptr, false))) return false;
             if (!send(chunk("", nullptr, reason, false))) return false;
+            if (include_usage &&
+                !send(json{{"id", rid}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                           {"model", model_name}, {"choices", json::array()},
+                           {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", st->completion_tokens},
+                                      {"total_tokens", n_prompt + st->completion_tokens}}}}))
+              return false;
             const std::string done = "data: [DONE]\n\n";
             sink.write(done.data(), done.size());
             st->done = true;
@@ -364,6 +373,7 @@ void HttpServer::routes() {
               box->client_gone = true;  // the engine drops it at its next token
             }
             loop_.cancel(id);
+            metrics_.request_finished("cancelled");
           });
     };
   };

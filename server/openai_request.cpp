@@ -94,6 +94,14 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
   TANDEM_TRY(c.integer("n", 1, 128, &n));
   if (n != 1) return c.fail("n", "must be 1 (tandem returns one choice)").error();
   TANDEM_TRY(c.boolean("stream", &r.stream));
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return c.fail("stream_options", "must be an object").error();
+    if (so.contains("include_usage")) {
+      if (!so["include_usage"].is_boolean()) return c.fail("stream_options", "include_usage must be true or false").error();
+      r.include_usage = so["include_usage"].get<bool>();
+    }
+  }
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& s = body["stop"];
     if (s.is_string()) {

@@ -23,6 +23,7 @@ struct ParsedRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with token counts
   bool logprobs = false;
   std::string error_param;  // which field was wrong, for the error object
 };
