@@ -35,7 +35,7 @@ static float row_dot_scalar_t(const void* row, const float* x, int64_t n) {
 }
 
 RowDotFn row_dot_kernel(DType type, Isa isa) {
-  if (isa == Isa::Avx2) {
+  if (has_avx2(isa)) {
     if (RowDotFn f = row_dot_kernel_avx2(type)) return f;
   }
   switch (type) {
@@ -51,7 +51,7 @@ RowDotFn row_dot_kernel(DType type, Isa isa) {
   }
 }
 
-F32DotFn f32_dot_kernel(Isa isa) { return isa == Isa::Avx2 ? f32_dot_avx2 : f32_dot_scalar; }
+F32DotFn f32_dot_kernel(Isa isa) { return has_avx2(isa) ? f32_dot_avx2 : f32_dot_scalar; }
 
 }  // namespace tandem::cpu
 
@@ -74,7 +74,7 @@ static void axpy_scalar_t(float a, const void* x, float* y, int64_t n) {
 
 AxpyFn axpy_kernel(DType x_type, Isa isa) {
   if (x_type != DType::F32 && x_type != DType::F16) return nullptr;
-  if (isa == Isa::Avx2) {
+  if (has_avx2(isa)) {
     if (AxpyFn f = axpy_kernel_avx2(x_type)) return f;
   }
   return x_type == DType::F32 ? axpy_scalar_t<DType::F32> : axpy_scalar_t<DType::F16>;

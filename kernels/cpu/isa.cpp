@@ -24,18 +24,35 @@ static bool cpu_has_avx2() {
 #endif
 }
 
+// AVX-512 F, BW, VL and VNNI, with the OS saving the opmask and ZMM state.
+static bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (!cpu_has_avx2()) return false;
+  unsigned xlo, xhi;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0xE6) != 0xE6) return false;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool f = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31), vnni = c & (1u << 11);
+  return f && bw && vl && vnni;
+#else
+  return false;
+#endif
+}
+
 Isa best_isa() {
-  static const Isa best = cpu_has_avx2() ? Isa::Avx2 : Isa::Scalar;
+  static const Isa best = cpu_has_avx512_vnni() ? Isa::Avx512 : cpu_has_avx2() ? Isa::Avx2 : Isa::Scalar;
   return best;
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> v{Isa::Scalar};
-  if (best_isa() == Isa::Avx2) v.push_back(Isa::Avx2);
+  if (has_avx2(best_isa())) v.push_back(Isa::Avx2);
+  if (best_isa() == Isa::Avx512) v.push_back(Isa::Avx512);
   return v;
 }
 
-std::string_view isa_name(Isa isa) { return isa == Isa::Avx2 ? "avx2" : "scalar"; }
+std::string_view isa_name(Isa isa) { return isa == Isa::Avx512 ? "avx512" : isa == Isa::Avx2 ? "avx2" : "scalar"; }
 
 bool parse_isa(std::string_view name, Isa* out) {
   if (name == "auto") {
@@ -46,8 +63,12 @@ bool parse_isa(std::string_view name, Isa* out) {
     *out = Isa::Scalar;
     return true;
   }
-  if (name == "avx2" && best_isa() == Isa::Avx2) {
+  if (name == "avx2" && has_avx2(best_isa())) {
     *out = Isa::Avx2;
+    return true;
+  }
+  if (name == "avx512" && best_isa() == Isa::Avx512) {
+    *out = Isa::Avx512;
     return true;
   }
   return false;

@@ -42,7 +42,7 @@ double measure_read_bandwidth(int threads, size_t bytes, int passes) {
   const size_t n = bytes / sizeof(float);
   std::unique_ptr<float[]> buf(new float[n]);
   threads = std::max(1, threads);
-  const bool avx2 = best_isa() == Isa::Avx2;
+  const bool avx2 = has_avx2(best_isa());
   // Each thread touches its own part first, so pages sit near the thread that reads them.
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < (int64_t)n; i++) buf[i] = (float)(i & 7);
@@ -70,7 +70,7 @@ double measure_read_bandwidth(int threads, size_t bytes, int passes) {
 
 double measure_peak_flops(Isa isa, int threads, double seconds) {
   threads = std::max(1, threads);
-  auto loop = isa == Isa::Avx2 ? detail::fma_loop_avx2 : detail::fma_loop_scalar;
+  auto loop = has_avx2(isa) ? detail::fma_loop_avx2 : detail::fma_loop_scalar;
   // Calibrate the iteration count on one thread, then run all threads together.
   float sink = 0;
   long iters = 1 << 16;

@@ -70,7 +70,10 @@ static void quant_dot4_scalar_t(const void* row, const BlockQ8Act* x, int64_t x_
 }
 
 QuantDot4Fn quant_dot4_kernel(DType t, Isa isa) {
-  if (isa == Isa::Avx2) {
+  if (isa == Isa::Avx512) {
+    if (QuantDot4Fn f = quant_dot4_kernel_avx512(t)) return f;
+  }
+  if (has_avx2(isa)) {
     if (QuantDot4Fn f = quant_dot4_kernel_avx2(t)) return f;
   }
   switch (t) {
@@ -81,10 +84,10 @@ QuantDot4Fn quant_dot4_kernel(DType t, Isa isa) {
   }
 }
 
-QuantizeActFn quantize_act_kernel(Isa isa) { return isa == Isa::Avx2 ? quantize_act_avx2 : quantize_act_scalar; }
+QuantizeActFn quantize_act_kernel(Isa isa) { return has_avx2(isa) ? quantize_act_avx2 : quantize_act_scalar; }
 
 QuantDotFn quant_dot_kernel(DType t, Isa isa) {
-  if (isa == Isa::Avx2) {
+  if (has_avx2(isa)) {
     if (QuantDotFn f = quant_dot_kernel_avx2(t)) return f;
   }
   switch (t) {

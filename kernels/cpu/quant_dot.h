@@ -41,5 +41,7 @@ void quant_dot4_scalar(DType weight_type, const void* row, const BlockQ8Act* x, 
 QuantDotFn quant_dot_kernel_avx2(DType weight_type);
 QuantDot4Fn quant_dot4_kernel_avx2(DType weight_type);
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n);
+// AVX-512 VNNI versions (quant_dot_avx512.cpp); nullptr where none exists.
+QuantDot4Fn quant_dot4_kernel_avx512(DType weight_type);
 
 }  // namespace tandem::cpu
