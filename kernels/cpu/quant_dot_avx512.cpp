@@ -5,8 +5,7 @@
 //
 // VPDPBUSD wants unsigned x signed, so signed weights are shifted: Q4_0's q - 8 uses q in 0..15
 // and subtracts 8 x sum(x); Q8_0's w uses w + 128 and subtracts 128 x sum(x). The sums of x come
-// from one more VPDPBUSD against a vector of ones. All of it is exact integer arithmetic, so the
-// result equals the scalar twin's up to float summation order.
+// from one more VPDPBUSD against a vector of 8s or 128s. All of it is exact integer arithmetic.
 #include <immintrin.h>
 
 #include "kernels/cpu/quant_blocks.h"
@@ -51,19 +50,28 @@ struct Weights<DType::Q8_0> {
 };
 
 inline __m512i pair(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-inline __m512 scales(float lo, float hi) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
+
+// The AVX2 kernels' horizontal sum, in the same order, so both levels give identical floats.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
+// Each int32 lane holds the sum of four consecutive products, exactly as AVX2's maddubs + madd
+// pairs give, and blocks are scaled and accumulated one after the other in the same 8-lane
+// order: prefill (this kernel) and decode (the AVX2 single-token dot) compute the same floats,
+// so a cached sequence equals its recomputation bit for bit.
 template <DType T>
 void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float* out) {
   using W = Weights<T>;
   const int64_t nb = n / kQK;
   const __m512i shift = _mm512_set1_epi8((char)W::kShift);
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   float offsets[4] = {0, 0, 0, 0};
   int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {  // two blocks per 512-bit step
+  for (; b + 2 <= nb; b += 2) {  // two blocks per 512-bit VPDPBUSD
     const __m512i wq = pair(W::q(row, b), W::q(row, b + 1));
     const float d0 = W::d(row, b), d1 = W::d(row, b + 1);
     for (int j = 0; j < 4; j++) {
@@ -72,8 +80,13 @@ void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float
                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[1].qs)));
       __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xq);
       if constexpr (W::kShift != 0) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), shift, xq));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales(d0 * xb[0].d, d1 * xb[1].d), acc[j]);
-      if constexpr (T == DType::Q4_1) offsets[j] += W::m(row, b) * xb[0].s + W::m(row, b + 1) * xb[1].s;
+      const __m512 pf = _mm512_cvtepi32_ps(p);
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xb[0].d), _mm512_castps512_ps256(pf), acc[j]);
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xb[1].d), _mm512_extractf32x8_ps(pf, 1), acc[j]);
+      if constexpr (T == DType::Q4_1) {
+        offsets[j] += W::m(row, b) * xb[0].s;
+        offsets[j] += W::m(row, b + 1) * xb[1].s;
+      }
     }
   }
   for (; b < nb; b++) {  // an odd last block, at 256 bits
@@ -85,12 +98,11 @@ void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float
       __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
       if constexpr (W::kShift != 0)
         p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(shift), xq));
-      const __m256 part = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d0 * xb.d));
-      acc[j] = _mm512_add_ps(acc[j], _mm512_insertf32x8(_mm512_setzero_ps(), part, 0));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xb.d), _mm256_cvtepi32_ps(p), acc[j]);
       if constexpr (T == DType::Q4_1) offsets[j] += W::m(row, b) * xb.s;
     }
   }
-  for (int j = 0; j < 4; j++) out[j] = _mm512_reduce_add_ps(acc[j]) + offsets[j];
+  for (int j = 0; j < 4; j++) out[j] = hsum(acc[j]) + offsets[j];
 }
 
 }  // namespace
