@@ -145,6 +145,25 @@ TEST(Kernels, F32DotAndAxpyEveryIsa) {
   }
 }
 
+TEST(Kernels, F32TileEveryIsa) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {8, 13, 64, 576}) {
+    const int64_t as = n + 3, bs = n + 5;  // rows and tokens at their own strides
+    std::vector<float> a(2 * as), b(4 * bs);
+    for (auto& v : a) v = nd(rng);
+    for (auto& v : b) v = nd(rng);
+    float ref[8], got[8];
+    f32_tile_scalar(a.data(), as, b.data(), bs, n, ref);
+    for (int t = 0; t < 4; t++)
+      for (int r = 0; r < 2; r++) EXPECT_FLOAT_EQ(ref[t * 2 + r], f32_dot_scalar(a.data() + r * as, b.data() + t * bs, n));
+    for (Isa isa : supported_isas()) {
+      f32_tile_kernel(isa)(a.data(), as, b.data(), bs, n, got);
+      for (int k = 0; k < 8; k++) EXPECT_NEAR(got[k], ref[k], 1e-4 * n) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
 TEST(Kernels, Fp16RoundTripsEveryFiniteHalf) {
   for (uint32_t h = 0; h < 65536; h++) {
     const float f = fp16_to_fp32((uint16_t)h);

@@ -53,6 +53,16 @@ RowDotFn row_dot_kernel(DType type, Isa isa) {
 
 F32DotFn f32_dot_kernel(Isa isa) { return has_avx2(isa) ? f32_dot_avx2 : f32_dot_scalar; }
 
+void f32_tile_scalar(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
+  for (int t = 0; t < 4; t++)
+    for (int r = 0; r < 2; r++) out[t * 2 + r] = f32_dot_scalar(a + r * a_stride, b + t * b_stride, n);
+}
+
+F32TileFn f32_tile_kernel(Isa isa) {
+  if (isa == Isa::Avx512) return f32_tile_avx512;
+  return has_avx2(isa) ? f32_tile_avx2 : f32_tile_scalar;
+}
+
 }  // namespace tandem::cpu
 
 namespace tandem::cpu {

@@ -19,6 +19,13 @@ RowDotFn row_dot_kernel(DType type, Isa isa);
 using F32DotFn = float (*)(const float* a, const float* b, int64_t n);
 F32DotFn f32_dot_kernel(Isa isa);
 
+// A register tile for prefill on decoded rows: out[t * 2 + r] = a_r . b_t for two rows
+// (a, a + a_stride) and four tokens (b + t * b_stride): each loaded row vector meets four
+// tokens and each token vector two rows, instead of one load per multiply-add.
+using F32TileFn = void (*)(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
+F32TileFn f32_tile_kernel(Isa isa);
+void f32_tile_scalar(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
+
 // Scalar twins, exposed for tests.
 float row_dot_scalar(DType type, const void* row, const float* x, int64_t n);
 float f32_dot_scalar(const float* a, const float* b, int64_t n);
@@ -26,6 +33,9 @@ float f32_dot_scalar(const float* a, const float* b, int64_t n);
 // AVX2 kernels (dot_avx2.cpp); only call when best_isa() is Avx2.
 RowDotFn row_dot_kernel_avx2(DType type);
 float f32_dot_avx2(const float* a, const float* b, int64_t n);
+void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
+// AVX-512 (dot_avx512.cpp); only call when best_isa() is Avx512.
+void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
 
 }  // namespace tandem::cpu
 
@@ -41,12 +51,13 @@ AxpyFn axpy_kernel_avx2(DType x_type);
 struct CpuKernels {
   Isa isa = Isa::Scalar;
   F32DotFn dot_f32 = nullptr;
+  F32TileFn tile_f32 = nullptr;
   QuantizeActFn quantize_act = nullptr;
   // false: every product in float (exact, for reference checks); true: Q4_0/Q4_1/Q8_0 weights
   // multiply 8-bit-quantized activations, as llama.cpp does (faster).
   bool quantized_activations = true;
   static CpuKernels for_isa(Isa isa, bool quantized_activations = true) {
-    return {isa, f32_dot_kernel(isa), quantize_act_kernel(isa), quantized_activations};
+    return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations};
   }
   QuantDotFn quant_dot(DType t) const { return quantized_activations ? quant_dot_kernel(t, isa) : nullptr; }
   QuantDot4Fn quant_dot4(DType t) const { return quantized_activations ? quant_dot4_kernel(t, isa) : nullptr; }

@@ -66,7 +66,18 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
           for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = w.dot(w.row(tile.r0 + r), X + t * cols, cols);
       } else {
         for (int64_t r = 0; r < tile.nr; r++) dequantize_row(w.type, w.row(tile.r0 + r), decoded.data() + r * cols, cols);
-        for (int64_t t = 0; t < n_tokens; t++)
+        int64_t t = 0;
+        float res[8];
+        for (; t + 4 <= n_tokens; t += 4) {  // 2 rows x 4 tokens per register tile
+          int64_t r = 0;
+          for (; r + 2 <= tile.nr; r += 2) {
+            k.tile_f32(decoded.data() + r * cols, cols, X + t * cols, cols, cols, res);
+            for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j * 2], out[(t + j) * w.rows + r + 1] = res[j * 2 + 1];
+          }
+          for (; r < tile.nr; r++)
+            for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = k.dot_f32(decoded.data() + r * cols, X + (t + j) * cols, cols);
+        }
+        for (; t < n_tokens; t++)
           for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = k.dot_f32(decoded.data() + r * cols, X + t * cols, cols);
       }
     }

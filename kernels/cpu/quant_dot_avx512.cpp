@@ -6,10 +6,11 @@
 // VPDPBUSD wants unsigned x signed, so signed weights are shifted: Q4_0's q - 8 uses q in 0..15
 // and subtracts 8 x sum(x); Q8_0's w uses w + 128 and subtracts 128 x sum(x). The sums of x come
 // from one more VPDPBUSD against a vector of 8s or 128s. All of it is exact integer arithmetic.
-#include <immintrin.h>
-
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
 
 namespace tandem::cpu {
 
@@ -117,3 +118,11 @@ QuantDot4Fn quant_dot4_kernel_avx512(DType t) {
 }
 
 }  // namespace tandem::cpu
+
+#else  // no AVX-512 VNNI build: the dispatcher falls back to AVX2
+
+namespace tandem::cpu {
+QuantDot4Fn quant_dot4_kernel_avx512(DType) { return nullptr; }
+}  // namespace tandem::cpu
+
+#endif
