@@ -7,7 +7,7 @@
 
 namespace tandem::cpu {
 
-bool has_quant_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool has_quant_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q6_K; }
 
 void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n) {
   for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
@@ -25,7 +25,32 @@ void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n) {
   }
 }
 
+// Q6_K against 8-bit activations: each 32-element group of a 256-element super-block meets one
+// activation block; its two halves of 16 carry their own 8-bit scale.
+static float quant_dot_q6_k_scalar(const BlockQ6_K* w, const BlockQ8Act* x, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; i++) {
+    const float d = fp16_to_fp32(w[i].d);
+    for (int g = 0; g < 8; g++) {
+      const int h = g / 4, k = g % 4;
+      const uint8_t* ql = w[i].ql + 64 * h + (k & 1) * 32;
+      const uint8_t* qh = w[i].qh + 32 * h;
+      const BlockQ8Act& xb = x[i * 8 + g];
+      int sum[2] = {0, 0};
+      for (int l = 0; l < 32; l++) {
+        const int lo = k < 2 ? (ql[l] & 0xF) : (ql[l] >> 4);
+        const int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        sum[l / 16] += q * xb.qs[l];
+      }
+      const int8_t* sc = w[i].scales + 8 * h + 2 * k;
+      acc += d * xb.d * (float)(sc[0] * sum[0] + sc[1] * sum[1]);
+    }
+  }
+  return acc;
+}
+
 float quant_dot_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t n) {
+  if (t == DType::Q6_K) return quant_dot_q6_k_scalar(static_cast<const BlockQ6_K*>(row), x, n);
   float acc = 0.0f;
   for (int64_t b = 0; b < n / kQK; b++) {
     int sumi = 0;
@@ -94,6 +119,7 @@ QuantDotFn quant_dot_kernel(DType t, Isa isa) {
     case DType::Q4_0: return quant_dot_scalar_t<DType::Q4_0>;
     case DType::Q4_1: return quant_dot_scalar_t<DType::Q4_1>;
     case DType::Q8_0: return quant_dot_scalar_t<DType::Q8_0>;
+    case DType::Q6_K: return quant_dot_scalar_t<DType::Q6_K>;
     default: return nullptr;
   }
 }

@@ -18,7 +18,8 @@ struct BlockQ8Act {
   int8_t qs[32];
 };
 
-// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q8_0.
+// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q8_0, Q6_K (the four-token
+// kernel: Q4_0, Q4_1, Q8_0).
 bool has_quant_dot(DType weight_type);
 
 // Quantizes n floats (a multiple of 32) into n / 32 blocks.
