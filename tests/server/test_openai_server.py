@@ -142,13 +142,19 @@ def main():
         # A client that disconnects mid-stream: its sequence is cancelled and its blocks freed.
         cancelled_before = metric(port, 'tandem_requests_finished_total{reason="cancelled"}') or 0
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "Tell me a long story.", "max_tokens": 2000,
-                                                                 "temperature": 0.8, "stream": True}),
+        # Greedy and ignoring nothing: this prompt runs on for hundreds of tokens, far past the
+        # few chunks read here (a sampled run could end early and close the stream first).
+        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 2000,
+                                                                 "temperature": 0, "stream": True}),
                      headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
-        got = b""
-        while got.count(b"data:") < 4:
-            got += resp.read1(4096)
+        got, deadline = b"", time.time() + 60
+        while got.count(b"data:") < 4 and time.time() < deadline:
+            chunk = resp.read1(4096)
+            if not chunk:
+                break
+            got += chunk
+        check(got.count(b"data:") >= 4 and b"[DONE]" not in got, "a long stream is under way when its client leaves")
         conn.sock.close()
         conn.close()
         for _ in range(100):
