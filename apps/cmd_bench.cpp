@@ -47,7 +47,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("-n,--n-gen", a->n, "generated tokens for the tg test (0 = skip)")->check(CLI::Range(0, 1 << 20));
   sub->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->check(CLI::Range(1, 1000));
-  sub->add_option("--isa", a->isa, "kernel level: auto | avx2 | scalar");
+  sub->add_option("--isa", a->isa, "kernel level: auto | avx512 | avx2 | scalar");
   sub->add_option("--activations", a->activations, "q8 | f32")->check(CLI::IsMember({"q8", "f32"}));
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
   sub->add_flag("--json", a->json, "print one JSON object");

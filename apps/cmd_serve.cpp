@@ -41,7 +41,7 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
   sub->add_option("--name", a->name, "model id reported by /v1/models (default: the file's name)");
   sub->add_option("-t,--threads", a->threads, "compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  sub->add_option("--isa", a->isa, "kernel level: auto | avx2 | scalar");
+  sub->add_option("--isa", a->isa, "kernel level: auto | avx512 | avx2 | scalar");
   sub->add_option("--activations", a->activations, "q8 | f32")->check(CLI::IsMember({"q8", "f32"}));
   return [a]() -> int {
     GenerationOptions go;

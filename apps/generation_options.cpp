@@ -22,7 +22,7 @@ void GenerationOptions::add_to(CLI::App* sub) {
   sub->add_flag("--no-kv-cache", no_kv_cache, "naive mode: recompute K,V of the whole sequence every step");
   sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   sub->add_option("--kv-dtype", kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
-  sub->add_option("--isa", isa, "kernel level: auto | avx2 | scalar");
+  sub->add_option("--isa", isa, "kernel level: auto | avx512 | avx2 | scalar");
   sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q8_0 weights (fast, llama.cpp's numerics); f32: exact products")
       ->check(CLI::IsMember({"q8", "f32"}));
   sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
