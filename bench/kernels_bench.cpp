@@ -1,0 +1,124 @@
+// Kernel micro-benchmarks (Google Benchmark), per ISA level this CPU runs. Not tests: run
+//   build/bench/tandem_kernels_bench [--benchmark_filter=dot4]
+// Bytes/s counts the weight bytes each kernel reads; items/s the multiply-adds.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_dot.h"
+
+namespace tandem::cpu {
+namespace {
+
+constexpr int64_t kCols = 2048;
+
+std::vector<uint8_t> random_row(DType t, int64_t cols, std::mt19937& rng) {
+  const auto info = *dtype_info((uint32_t)t);
+  std::vector<uint8_t> row(cols / info.block_elems * info.block_bytes);
+  for (auto& b : row) b = (uint8_t)rng();
+  // Keep fp16 scales small and finite: the first two bytes of each block are a scale.
+  for (size_t at = 0; at + 1 < row.size(); at += info.block_bytes) row[at] = 0x00, row[at + 1] = 0x20;
+  return row;
+}
+
+void BM_QuantDot(benchmark::State& st, DType t, Isa isa) {
+  std::mt19937 rng(1);
+  const auto row = random_row(t, kCols, rng);
+  std::vector<float> x(kCols);
+  for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
+  std::vector<BlockQ8Act> xq(kCols / 32);
+  quantize_act_kernel(isa)(x.data(), xq.data(), kCols);
+  const QuantDotFn f = quant_dot_kernel(t, isa);
+  for (auto _ : st) benchmark::DoNotOptimize(f(row.data(), xq.data(), kCols));
+  st.SetBytesProcessed(st.iterations() * (int64_t)row.size());
+  st.SetItemsProcessed(st.iterations() * kCols);
+}
+
+void BM_QuantDot4(benchmark::State& st, DType t, Isa isa) {
+  std::mt19937 rng(2);
+  const auto row = random_row(t, kCols, rng);
+  std::vector<float> x(4 * kCols);
+  for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
+  std::vector<BlockQ8Act> xq(4 * kCols / 32);
+  for (int j = 0; j < 4; j++) quantize_act_kernel(isa)(x.data() + j * kCols, xq.data() + j * kCols / 32, kCols);
+  const QuantDot4Fn f = quant_dot4_kernel(t, isa);
+  float out[4];
+  for (auto _ : st) {
+    f(row.data(), xq.data(), kCols / 32, kCols, out);
+    benchmark::DoNotOptimize(out);
+  }
+  st.SetItemsProcessed(st.iterations() * 4 * kCols);
+}
+
+void BM_RowDot(benchmark::State& st, DType t, Isa isa) {
+  std::mt19937 rng(3);
+  const auto row = random_row(t, kCols, rng);
+  std::vector<float> x(kCols, 0.5f);
+  const RowDotFn f = row_dot_kernel(t, isa);
+  for (auto _ : st) benchmark::DoNotOptimize(f(row.data(), x.data(), kCols));
+  st.SetBytesProcessed(st.iterations() * (int64_t)row.size());
+  st.SetItemsProcessed(st.iterations() * kCols);
+}
+
+void BM_F32Tile(benchmark::State& st, Isa isa) {
+  std::vector<float> a(2 * kCols, 0.25f), b(4 * kCols, 0.5f);
+  const F32TileFn f = f32_tile_kernel(isa);
+  float out[8];
+  for (auto _ : st) {
+    f(a.data(), kCols, b.data(), kCols, kCols, out);
+    benchmark::DoNotOptimize(out);
+  }
+  st.SetItemsProcessed(st.iterations() * 8 * kCols);
+}
+
+void BM_QuantizeAct(benchmark::State& st, Isa isa) {
+  std::vector<float> x(kCols, 0.3f);
+  std::vector<BlockQ8Act> xq(kCols / 32);
+  const QuantizeActFn f = quantize_act_kernel(isa);
+  for (auto _ : st) {
+    f(x.data(), xq.data(), kCols);
+    benchmark::DoNotOptimize(xq.data());
+  }
+  st.SetItemsProcessed(st.iterations() * kCols);
+}
+
+void BM_AttentionDecode(benchmark::State& st, Isa isa) {
+  const AttentionShape s{32, 8, 64};
+  const int64_t ctx = st.range(0);
+  std::vector<float> q(s.n_head * s.head_dim, 0.1f), out(q.size());
+  std::vector<uint16_t> k(ctx * s.n_kv_head * s.head_dim, 0x2e66), v(k.size(), 0x2e66);  // ~0.1 in fp16
+  const CpuKernels kernels = CpuKernels::for_isa(isa);
+  for (auto _ : st) {
+    attention(q.data(), k.data(), v.data(), DType::F16, 1, ctx - 1, s, out.data(), kernels);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(st.iterations() * (int64_t)(2 * k.size() * 2));
+}
+
+int register_all() {
+  for (Isa isa : supported_isas()) {
+    const std::string at = std::string("/") + std::string(isa_name(isa));
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
+      const std::string name(dtype_name(t));
+      benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
+      if (t != DType::Q6_K) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
+    }
+    for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})
+      benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
+    benchmark::RegisterBenchmark(("f32_tile_2x4" + at).c_str(), BM_F32Tile, isa);
+    benchmark::RegisterBenchmark(("quantize_act" + at).c_str(), BM_QuantizeAct, isa);
+    benchmark::RegisterBenchmark(("attention_decode" + at).c_str(), BM_AttentionDecode, isa)->Arg(512)->Arg(4096);
+  }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
+}  // namespace tandem::cpu
+
+BENCHMARK_MAIN();
