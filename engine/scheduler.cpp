@@ -25,7 +25,8 @@ struct Scheduler::Seq {
   std::vector<int32_t> blocks;   // block table
   std::vector<uint64_t> hashes;  // chained hash of each full block (0 = not yet)
   int n_prompt = 0, n_cached = 0, n_generated = 0;
-  bool cancelled = false;
+  bool cancelled = false;  // asked to stop (cancel()); finished at the next step
+  bool finished = false;   // its finish event is sent; removed from running_ at the end of the step
   bool admitted = false;  // admitted once (a preempted sequence comes back)
   Seq(int64_t i, RequestParams p, SeqCallback c) : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling) {}
 };
@@ -125,6 +126,7 @@ void Scheduler::publish_full_blocks(Seq& s) {
 }
 
 void Scheduler::finish(Seq& s, FinishReason r, const std::string& error) {
+  s.finished = true;
   for (int32_t b : s.blocks) pool_.release(b);
   s.blocks.clear();
   SeqEvent e;
@@ -189,7 +191,6 @@ Status Scheduler::step() {
       continue;
     }
     if (running_.size() == 1) {
-      s->cancelled = true;
       finish(*s, FinishReason::Length, "the KV pool is full");
       running_.clear();
       plan.clear();
@@ -225,8 +226,8 @@ Status Scheduler::step() {
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;
-    for (auto& p : plan) p.seq->cancelled = true, finish(*p.seq, FinishReason::Error, msg);
-    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->cancelled; }), running_.end());
+    for (auto& p : plan) finish(*p.seq, FinishReason::Error, msg);
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
     return logits.error();
   }
   for (auto& p : plan) {
@@ -256,7 +257,6 @@ Status Scheduler::step() {
     }
     const bool eog = std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
     if (eog) {
-      s.cancelled = true;  // marks it for removal below
       finish(s, FinishReason::Stop);
       continue;
     }
@@ -264,17 +264,13 @@ Status Scheduler::step() {
     s.n_generated++;
     stats_.generated_tokens++;
     if (!s.cb(e)) {
-      s.cancelled = true;
       finish(s, FinishReason::Cancelled);
       continue;
     }
     if (s.n_generated >= s.params.max_tokens || (int64_t)s.tokens.size() >= model_.config().n_ctx_train) done.push_back(&s);
   }
-  for (Seq* s : done) {
-    s->cancelled = true;
-    finish(*s, FinishReason::Length);
-  }
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->cancelled; }), running_.end());
+  for (Seq* s : done) finish(*s, FinishReason::Length);
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
   return Status::Ok();
 }
 
