@@ -42,26 +42,29 @@ struct Mailbox {
   Timer since_arrival;
   double last_token_s = -1;
 
-  SeqCallback callback(Metrics& metrics) {
-    return [this, &metrics](const SeqEvent& e) {
-      std::lock_guard<std::mutex> l(mu);
+  // The engine holds these callbacks until the sequence is gone, which can be after the HTTP
+  // handler gave up on it (a client that left): they share ownership of the mailbox.
+  static SeqCallback callback(std::shared_ptr<Mailbox> self, Metrics& metrics) {
+    return [self, &metrics](const SeqEvent& e) {
+      Mailbox& m = *self;
+      std::lock_guard<std::mutex> l(m.mu);
       if (e.finish == FinishReason::None) {
-        const double now = since_arrival.seconds();
-        if (last_token_s < 0) metrics.observe_ttft(now);
-        else metrics.observe_tpot(now - last_token_s);
-        last_token_s = now;
+        const double now = m.since_arrival.seconds();
+        if (m.last_token_s < 0) metrics.observe_ttft(now);
+        else metrics.observe_tpot(now - m.last_token_s);
+        m.last_token_s = now;
       }
-      events.push_back(e);
-      cv.notify_all();
-      return !client_gone;
+      m.events.push_back(e);
+      m.cv.notify_all();
+      return !m.client_gone;
     };
   }
-  std::function<void(Result<int64_t>)> on_accept() {
-    return [this](Result<int64_t> r) {
-      std::lock_guard<std::mutex> l(mu);
-      id = std::move(r);
-      accepted = true;
-      cv.notify_all();
+  static std::function<void(Result<int64_t>)> on_accept(std::shared_ptr<Mailbox> self) {
+    return [self](Result<int64_t> r) {
+      std::lock_guard<std::mutex> l(self->mu);
+      self->id = std::move(r);
+      self->accepted = true;
+      self->cv.notify_all();
     };
   }
   // Waits up to `ms` for the next event.
@@ -216,7 +219,7 @@ void HttpServer::routes() {
       const int n_prompt = (int)rp.prompt.size();
 
       auto box = std::make_shared<Mailbox>();
-      loop_.submit(std::move(rp), box->callback(metrics_), box->on_accept());
+      loop_.submit(std::move(rp), Mailbox::callback(box, metrics_), Mailbox::on_accept(box));
       {
         std::unique_lock<std::mutex> l(box->mu);
         box->cv.wait(l, [&] { return box->accepted; });
