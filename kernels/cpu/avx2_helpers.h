@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/quant_blocks.h"
+
 namespace tandem::cpu::avx2 {
 
 static inline float hsum(__m256 v) {
@@ -17,5 +19,22 @@ static inline float hsum(__m256 v) {
 }
 
 static inline float half(uint16_t h) { return _cvtsh_ss(h); }
+
+// The signed 6-bit quants (-32 .. 31) of one 128-element half h of a Q6_K super-block, 32 per
+// vector in element order: q[g] holds elements 128h + 32g .. 128h + 32g + 31, each rebuilt from
+// ql (low 4 bits) and qh (high 2 bits). Their scales: scales[8h + 2g] for the first 16 of q[g],
+// scales[8h + 2g + 1] for the rest.
+static inline void unpack_q6_k_half(const BlockQ6_K& b, int h, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
+  const uint8_t* ql = b.ql + 64 * h;
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+  const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+  const __m256i hi[4] = {qh, _mm256_srli_epi16(qh, 2), _mm256_srli_epi16(qh, 4), _mm256_srli_epi16(qh, 6)};
+  for (int g = 0; g < 4; g++)
+    q[g] = _mm256_sub_epi8(_mm256_or_si256(lo[g], _mm256_slli_epi16(_mm256_and_si256(hi[g], m2), 4)), k32);
+}
 
 }  // namespace tandem::cpu::avx2

@@ -127,30 +127,18 @@ float dot_q4_1_row(const void* row, const float* x, int64_t n) {
   return hsum(_mm256_add_ps(acc, accm));
 }
 
-// Q6_K fused: the 6-bit quants of each 128-element half are rebuilt from ql (low 4 bits) and
-// qh (high 2 bits) 32 at a time, and each 16 share one 8-bit scale. No decode buffer: the
+// Q6_K fused: the 6-bit quants of each 128-element half are rebuilt (avx2::unpack_q6_k_half)
+// 32 at a time, and each 16 share one 8-bit scale. No decode buffer: the
 // tied output matrix of Llama-3-style models is Q6_K, and decode reads all of it every token.
 float dot_q6_k_row(const void* row, const float* x, int64_t n) {
   const auto* b = static_cast<const BlockQ6_K*>(row);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; i++) {
     const float d = half(b[i].d);
     for (int h = 0; h < 2; h++, x += 128) {
-      const uint8_t* ql = b[i].ql + 64 * h;
       const int8_t* sc = b[i].scales + 8 * h;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h));
-      const __m256i hi0 = _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4);
-      const __m256i hi1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4);
-      const __m256i hi2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4);
-      const __m256i hi3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4);
-      const __m256i q[4] = {
-          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), hi0), k32),
-          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), hi1), k32),
-          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2), k32),
-          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi3), k32)};
+      __m256i q[4];
+      avx2::unpack_q6_k_half(b[i], h, q);
       for (int g = 0; g < 4; g++) {  // elements 32g .. 32g + 31 of this half
         const __m128i lo = _mm256_castsi256_si128(q[g]), up = _mm256_extracti128_si256(q[g], 1);
         const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), up, _mm_srli_si128(up, 8)};

@@ -154,28 +154,17 @@ void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
 // and x with q's sign, and one madd weights each half-of-16's pair sums by its 8-bit scale.
 float dot_q6_k(const void* row, const BlockQ8Act* x, int64_t n) {
   const auto* w = static_cast<const BlockQ6_K*>(row);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi8(32);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; i++) {
     const float d = half(w[i].d);
     for (int h = 0; h < 2; h++) {
-      const uint8_t* ql = w[i].ql + 64 * h;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].qh + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4))};
+      __m256i q[4];
+      avx2::unpack_q6_k_half(w[i], h, q);
       const int8_t* sc = w[i].scales + 8 * h;
       for (int k = 0; k < 4; k++) {
         const BlockQ8Act& xb = x[i * 8 + h * 4 + k];
-        const __m256i qs = _mm256_sub_epi8(q[k], k32);  // -32 .. 31
         const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qs, qs), _mm256_sign_epi8(y, qs));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(y, q[k]));
         const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
         const __m256i p32 = _mm256_madd_epi16(p16, scales);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p32), acc);
