@@ -150,7 +150,7 @@ void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
   }
 }
 
-// Q6_K: the 6-bit quants of a 128-element half are rebuilt 32 at a time; maddubs takes |q|
+// Q6_K: each half's quants come from avx2::unpack_q6_k_half; maddubs takes |q|
 // and x with q's sign, and one madd weights each half-of-16's pair sums by its 8-bit scale.
 float dot_q6_k(const void* row, const BlockQ8Act* x, int64_t n) {
   const auto* w = static_cast<const BlockQ6_K*>(row);
