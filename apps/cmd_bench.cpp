@@ -35,32 +35,25 @@ Stat stat_of(const std::vector<double>& v) {
 
 Command add_bench_command(CLI::App& app) {
   struct Args {
-    std::string model, isa = "auto", activations = "q8", kv_dtype = "f16", sweep;
+    ModelLoadOptions load;
+    std::string kv_dtype = "f16", sweep;
     int64_t p = 512, n = 128, max_context = 4096, max_naive = 128;
-    int threads = 0, reps = 3;
+    int reps = 3;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("bench", "pp/tg tok/s like llama-bench, with GFLOP/s, GB/s and % of measured roofs");
-  sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+  a->load.add_to(sub);
   sub->add_option("-p,--n-prompt", a->p, "prompt tokens for the pp test (0 = skip)")->check(CLI::Range(0, 1 << 20));
   sub->add_option("-n,--n-gen", a->n, "generated tokens for the tg test (0 = skip)")->check(CLI::Range(0, 1 << 20));
-  sub->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->check(CLI::Range(1, 1000));
-  sub->add_option("--isa", a->isa, "kernel level: auto | avx512 | avx2 | scalar");
-  sub->add_option("--activations", a->activations, "q8 | f32")->check(CLI::IsMember({"q8", "f32"}));
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
   sub->add_flag("--json", a->json, "print one JSON object");
   sub->add_option("--sweep", a->sweep, "also sweep context lengths and cache/no-cache, writing SVG plots into this folder");
   sub->add_option("--sweep-max-context", a->max_context, "longest prompt of the sweep")->check(CLI::Range(64, 1 << 20));
   sub->add_option("--sweep-max-naive", a->max_naive, "most tokens generated without cache in the sweep")->check(CLI::Range(8, 4096));
   return [a]() -> int {
-    GenerationOptions go;
-    go.model = a->model;
-    go.threads = a->threads;
-    go.isa = a->isa;
-    go.activations = a->activations;
-    auto lm = load_model(go);
+    auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
     LlamaModel& model = *lm->model;
     const LlamaConfig& c = model.config();
@@ -110,7 +103,7 @@ Command add_bench_command(CLI::App& app) {
                                   {"params", params},
                                   {"threads", omp_threads()},
                                   {"isa", std::string(cpu::isa_name(model.kernels().isa))},
-                                  {"activations", a->activations},
+                                  {"activations", a->load.activations},
                                   {"repetitions", a->reps}};
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
@@ -127,7 +120,7 @@ Command add_bench_command(CLI::App& app) {
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
         fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {:.1f}% |\n", name,
-                   format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(model.kernels().isa), a->activations,
+                   format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(model.kernels().isa), a->load.activations,
                    omp_threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
                    100 * t.best.flops_per_s() / peaks.flops_per_s, 100 * t.best.bytes_per_s() / peaks.read_bytes_per_s);
       }

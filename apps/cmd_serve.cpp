@@ -23,13 +23,14 @@ void on_signal(int) {
 
 Command add_serve_command(CLI::App& app) {
   struct Args {
-    std::string model, host = "127.0.0.1", api_key, kv_memory = "1GiB", isa = "auto", activations = "q8", name;
-    int port = 8080, threads = 0, max_running = 64, block_tokens = 16;
+    ModelLoadOptions load;
+    std::string host = "127.0.0.1", api_key, kv_memory = "1GiB", name;
+    int port = 8080, max_running = 64, block_tokens = 16;
     int64_t batch_tokens = 512, kv_tokens = 0;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and a paged KV cache");
-  sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+  a->load.add_to(sub);
   sub->add_option("--host", a->host, "address to bind (default 127.0.0.1: this machine only)");
   sub->add_option("--port", a->port, "port (0 = any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on /v1/*");
@@ -40,16 +41,8 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--max-running", a->max_running, "sequences decoded together at most")->check(CLI::Range(1, 4096));
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
   sub->add_option("--name", a->name, "model id reported by /v1/models (default: the file's name)");
-  sub->add_option("-t,--threads", a->threads, "compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  sub->add_option("--isa", a->isa, "kernel level: auto | avx512 | avx2 | scalar");
-  sub->add_option("--activations", a->activations, "q8 | f32")->check(CLI::IsMember({"q8", "f32"}));
   return [a]() -> int {
-    GenerationOptions go;
-    go.model = a->model;
-    go.threads = a->threads;
-    go.isa = a->isa;
-    go.activations = a->activations;
-    auto lm = load_model(go);
+    auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
     LlamaModel& model = *lm->model;
     const LlamaConfig& c = model.config();
@@ -73,7 +66,7 @@ Command add_serve_command(CLI::App& app) {
     opts.host = a->host;
     opts.port = a->port;
     opts.api_key = a->api_key;
-    opts.model_name = !a->name.empty() ? a->name : std::filesystem::path(a->model).stem().string();
+    opts.model_name = !a->name.empty() ? a->name : std::filesystem::path(a->load.model).stem().string();
     server::HttpServer http(model, *lm->tokenizer, tmpl.ok() ? &tmpl.value() : nullptr, loop, metrics, opts);
     Status st = http.bind();
     if (!st.ok()) return fail(st.error().message);

@@ -9,8 +9,16 @@
 
 namespace tandem::apps {
 
-void GenerationOptions::add_to(CLI::App* sub) {
+void ModelLoadOptions::add_to(CLI::App* sub) {
   sub->add_option("-m,--model", model, "GGUF model file")->required();
+  sub->add_option("-t,--threads", threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--isa", isa, "kernel level: auto | avx512 | avx2 | scalar");
+  sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q8_0/Q6_K weights (fast, llama.cpp's numerics); f32: exact products")
+      ->check(CLI::IsMember({"q8", "f32"}));
+}
+
+void GenerationOptions::add_to(CLI::App* sub) {
+  ModelLoadOptions::add_to(sub);
   sub->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->check(CLI::Range(0, 1 << 20));
   sub->add_option("--temp", temp, "temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
   sub->add_option("--top-k", top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 30));
@@ -18,13 +26,9 @@ void GenerationOptions::add_to(CLI::App* sub) {
   sub->add_option("--min-p", min_p, "min-p (0 = off)")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--repeat-penalty", repeat_penalty, "penalty for recent tokens (1 = off)")->check(CLI::Range(0.0f, 10.0f));
   sub->add_option("--seed", seed, "RNG seed (-1 = random)");
-  sub->add_option("-t,--threads", threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub->add_flag("--no-kv-cache", no_kv_cache, "naive mode: recompute K,V of the whole sequence every step");
   sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   sub->add_option("--kv-dtype", kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
-  sub->add_option("--isa", isa, "kernel level: auto | avx512 | avx2 | scalar");
-  sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q8_0 weights (fast, llama.cpp's numerics); f32: exact products")
-      ->check(CLI::IsMember({"q8", "f32"}));
   sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
 }
 
@@ -44,7 +48,7 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
   return c;
 }
 
-Result<LoadedModel> load_model(const GenerationOptions& o) {
+Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   set_threads(o.threads);
   ModelOptions mo;
   if (!cpu::parse_isa(o.isa, &mo.isa)) return make_error("unknown or unsupported --isa '{}'", o.isa);

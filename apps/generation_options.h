@@ -14,8 +14,17 @@
 
 namespace tandem::apps {
 
-struct GenerationOptions {
+// What loading a model takes: the file, threads, kernel level, activation precision. Every
+// command that loads a model registers these flags the same way.
+struct ModelLoadOptions {
   std::string model;
+  int threads = 0;
+  std::string isa = "auto";
+  std::string activations = "q8";
+  void add_to(CLI::App* sub);
+};
+
+struct GenerationOptions : ModelLoadOptions {
   int n_predict = 128;
   float temp = 0.8f;
   int top_k = 40;
@@ -23,12 +32,9 @@ struct GenerationOptions {
   float min_p = 0.05f;
   float repeat_penalty = 1.0f;
   int64_t seed = -1;
-  int threads = 0;
   bool no_kv_cache = false;
   bool ignore_eos = false;
   std::string kv_dtype = "f16";
-  std::string isa = "auto";
-  std::string activations = "q8";
   bool quiet_stats = false;
 
   void add_to(CLI::App* sub);
@@ -39,7 +45,7 @@ struct LoadedModel {
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
-Result<LoadedModel> load_model(const GenerationOptions& o);
+Result<LoadedModel> load_model(const ModelLoadOptions& o);
 
 // Prints prompt tokens, TTFT, TPOT, tok/s of each phase and the KV cache's bytes to stderr.
 void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o, int64_t kv_tokens);
