@@ -22,6 +22,8 @@ import shutil
 import subprocess
 import sys
 
+import results_md
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 PEER_DIR = os.path.join(BENCH, ".peer")
@@ -153,10 +155,7 @@ def main():
                    f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} --json` and "
                    f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -o json` "
                    f"(peer: llama.cpp vendored in llama-cpp-python, built by bench/compare.py).\n\n{table}\n\n")
-        path = os.path.join(BENCH, "RESULTS.md")
-        text = open(path).read()
-        head, sep, rest = text.partition("\n## ")
-        open(path, "w").write(head.rstrip("\n") + "\n\n" + section + ("## " + rest if sep else ""))
+        results_md.add_section(section)
     return 0
 
 

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import results_md
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -138,10 +140,7 @@ def main():
                    f"`tandem serve` (continuous batching, paged KV, {a.threads} threads) vs `llama-server -np 16 -c 8192` "
                    f"on {os.path.basename(a.model)}; each stream asks for {a.tokens} tokens (greedy), streamed over SSE by the "
                    f"same Python client.\n\n{table}\n\n{prefix}\n\n")
-        path = os.path.join(ROOT, "bench", "RESULTS.md")
-        text = open(path).read()
-        head, sep, rest = text.partition("\n## ")
-        open(path, "w").write(head.rstrip("\n") + "\n\n" + section + ("## " + rest if sep else ""))
+        results_md.add_section(section)
     return 0
 
 
