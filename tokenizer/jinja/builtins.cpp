@@ -243,7 +243,10 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& 
   }
   if (name == "list") return Value(items_of(v));
   if (name == "reverse") {
-    if (v.is_string()) return slice(v, nullptr, nullptr, std::make_unique<Value>((int64_t)-1).get());
+    if (v.is_string()) {
+      const Value backwards((int64_t)-1);
+      return slice(v, nullptr, nullptr, &backwards);
+    }
     Array a = items_of(v);
     std::reverse(a.begin(), a.end());
     return Value(std::move(a));
