@@ -39,20 +39,27 @@ void BM_QuantDot(benchmark::State& st, DType t, Isa isa) {
   st.SetItemsProcessed(st.iterations() * kCols);
 }
 
-void BM_QuantDot4(benchmark::State& st, DType t, Isa isa) {
+// 4 weight rows x J tokens per call (J = 4: the prefill tile, J = 1: the decode tile).
+void BM_QuantTile(benchmark::State& st, DType t, Isa isa, int tokens) {
   std::mt19937 rng(2);
-  const auto row = random_row(t, kCols, rng);
+  std::vector<uint8_t> rows;
+  for (int r = 0; r < 4; r++) {
+    const auto row = random_row(t, kCols, rng);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  const size_t row_bytes = rows.size() / 4;
   std::vector<float> x(4 * kCols);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
   std::vector<BlockQ8Act> xq(4 * kCols / 32);
   for (int j = 0; j < 4; j++) quantize_act_kernel(isa)(x.data() + j * kCols, xq.data() + j * kCols / 32, kCols);
-  const QuantDot4Fn f = quant_dot4_kernel(t, isa);
-  float out[4];
+  const QuantKernels q = quant_kernels(t, isa);
+  const QuantTileFn f = tokens == 4 ? q.tile4x4 : q.rows4;
+  float out[16];
   for (auto _ : st) {
-    f(row.data(), xq.data(), kCols / 32, kCols, out);
+    f(rows.data(), row_bytes, xq.data(), kCols / 32, kCols, out, 4);
     benchmark::DoNotOptimize(out);
   }
-  st.SetItemsProcessed(st.iterations() * 4 * kCols);
+  st.SetItemsProcessed(st.iterations() * 4 * tokens * kCols);  // multiply-adds
 }
 
 void BM_RowDot(benchmark::State& st, DType t, Isa isa) {
@@ -106,7 +113,10 @@ int register_all() {
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
       const std::string name(dtype_name(t));
       benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
-      if (t != DType::Q6_K) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
+      if (t != DType::Q6_K) {
+        benchmark::RegisterBenchmark(("quant_tile_4x4/" + name + at).c_str(), BM_QuantTile, t, isa, 4);
+        benchmark::RegisterBenchmark(("quant_tile_4x1/" + name + at).c_str(), BM_QuantTile, t, isa, 1);
+      }
     }
     for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);

@@ -2,6 +2,9 @@
 #include "kernels/cpu/dot.h"
 
 #if defined(__AVX512F__)
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* placeholders.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 namespace tandem::cpu {

@@ -19,8 +19,7 @@ struct WeightMatrix {
   int64_t cols = 0;
   size_t row_bytes = 0;
   RowDotFn dot = nullptr;     // fused dequant-dot with float activations, chosen for the model's ISA
-  QuantDotFn qdot = nullptr;  // dot with 8-bit activations; when set, products use it
-  QuantDot4Fn qdot4 = nullptr;  // the same against 4 tokens at once (prefill)
+  QuantKernels quant;         // with 8-bit activations; when quant.dot is set, products use them
 
   const uint8_t* row(int64_t r) const { return data + (size_t)r * row_bytes; }
   size_t bytes() const { return (size_t)rows * row_bytes; }

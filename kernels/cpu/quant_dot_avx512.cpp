@@ -1,15 +1,25 @@
 // AVX-512 VNNI kernels for 8-bit activations (compiled with -mavx512f -mavx512bw -mavx512vl
-// -mavx512vnni). One 512-bit VPDPBUSD multiplies two 32-element blocks of unsigned weight
-// bytes by signed activation bytes and adds each group of four products into an int32 lane:
-// 64 multiply-adds in one instruction where AVX2 needs maddubs + madd for 32.
+// -mavx512vnni -mavx512dq). One 512-bit VPDPBUSD multiplies two 32-element blocks of unsigned
+// weight bytes by signed activation bytes and adds each group of four products into an int32
+// lane: 64 multiply-adds in one instruction where AVX2 needs maddubs + madd for 32.
 //
 // VPDPBUSD wants unsigned x signed, so signed weights are shifted: Q4_0's q - 8 uses q in 0..15
-// and subtracts 8 x sum(x); Q8_0's w uses w + 128 and subtracts 128 x sum(x). The sums of x come
-// from one more VPDPBUSD against a vector of 8s or 128s. All of it is exact integer arithmetic.
+// and subtracts 8 x sum(x); Q8_0's w uses w + 128 and subtracts 128 x sum(x). That correction
+// depends on the token only, so a tile computes it once per token and starts every row's
+// VPDPBUSD from it. All of it is exact integer arithmetic.
+//
+// One template body computes a tile of R weight rows x J tokens. Block pair (b, b + 1) fills a
+// 16-lane float accumulator, block b in lanes 0-7 and b + 1 in lanes 8-15, each scaled by a
+// vector of d_w x d_x: no scalar scale work per product. The single dot (R = J = 1, decode
+// leftovers), the 4-row decode tile (J = 1) and the 4 x 4 prefill tile are the same arithmetic
+// per (row, token), so a cached decode equals its recomputed prefill bit for bit.
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512DQ__)
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* placeholders.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 namespace tandem::cpu {
@@ -29,91 +39,117 @@ struct Weights;  // the unsigned bytes, scale, and (Q4_1) offset of one block
 
 template <>
 struct Weights<DType::Q4_0> {
-  static __m256i q(const void* row, int64_t b) { return unpack_nibbles(static_cast<const BlockQ4_0*>(row)[b].qs); }
-  static float d(const void* row, int64_t b) { return half(static_cast<const BlockQ4_0*>(row)[b].d); }
+  using Block = BlockQ4_0;
+  static __m256i q(const Block& w) { return unpack_nibbles(w.qs); }
   static constexpr int kShift = 8;  // stored q = w + 8
 };
 template <>
 struct Weights<DType::Q4_1> {
-  static __m256i q(const void* row, int64_t b) { return unpack_nibbles(static_cast<const BlockQ4_1*>(row)[b].qs); }
-  static float d(const void* row, int64_t b) { return half(static_cast<const BlockQ4_1*>(row)[b].d); }
-  static float m(const void* row, int64_t b) { return half(static_cast<const BlockQ4_1*>(row)[b].m); }
+  using Block = BlockQ4_1;
+  static __m256i q(const Block& w) { return unpack_nibbles(w.qs); }
   static constexpr int kShift = 0;
 };
 template <>
 struct Weights<DType::Q8_0> {
-  static __m256i q(const void* row, int64_t b) {
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(row)[b].qs));
-    return _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));  // w + 128 as an unsigned byte
+  using Block = BlockQ8_0;
+  static __m256i q(const Block& w) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+    return _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));  // w + 128 as an unsigned byte
   }
-  static float d(const void* row, int64_t b) { return half(static_cast<const BlockQ8_0*>(row)[b].d); }
   static constexpr int kShift = 128;
 };
 
 inline __m512i pair(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+inline __m512 halves(float lo, float hi) { return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1); }
+inline __m256i act(const BlockQ8Act& x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)); }
 
-// The AVX2 kernels' horizontal sum, in the same order, so both levels give identical floats.
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+inline float hsum(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-// Each int32 lane holds the sum of four consecutive products, exactly as AVX2's maddubs + madd
-// pairs give, and blocks are scaled and accumulated one after the other in the same 8-lane
-// order: prefill (this kernel) and decode (the AVX2 single-token dot) compute the same floats,
-// so a cached sequence equals its recomputation bit for bit.
-template <DType T>
-void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float* out) {
+// out[j * out_stride + r] = row r . token j, rows row_bytes apart, tokens x_stride blocks apart.
+// `second` is false only for an odd last block: its partner lanes then add exact zeros.
+template <DType T, int R, int J>
+void tile(const void* row0, size_t row_bytes, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out,
+          int64_t out_stride) {
   using W = Weights<T>;
+  using Block = typename W::Block;
   const int64_t nb = n / kQK;
+  const Block* rows[R];
+  for (int r = 0; r < R; r++) rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(row0) + r * row_bytes);
   const __m512i shift = _mm512_set1_epi8((char)W::kShift);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  float offsets[4] = {0, 0, 0, 0};
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {  // two blocks per 512-bit VPDPBUSD
-    const __m512i wq = pair(W::q(row, b), W::q(row, b + 1));
-    const float d0 = W::d(row, b), d1 = W::d(row, b + 1);
-    for (int j = 0; j < 4; j++) {
-      const BlockQ8Act* xb = x + j * stride + b;
-      const __m512i xq = pair(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0].qs)),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[1].qs)));
-      __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xq);
-      if constexpr (W::kShift != 0) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), shift, xq));
-      const __m512 pf = _mm512_cvtepi32_ps(p);
-      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xb[0].d), _mm512_castps512_ps256(pf), acc[j]);
-      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xb[1].d), _mm512_extractf32x8_ps(pf, 1), acc[j]);
-      if constexpr (T == DType::Q4_1) {
-        offsets[j] += W::m(row, b) * xb[0].s;
-        offsets[j] += W::m(row, b + 1) * xb[1].s;
+  __m512 acc[R][J];
+  __m128 offs[R];  // Q4_1: sum over blocks of m_w x s_x, one lane per token
+  for (int r = 0; r < R; r++) {
+    offs[r] = _mm_setzero_ps();
+    for (int j = 0; j < J; j++) acc[r][j] = _mm512_setzero_ps();
+  }
+  auto step = [&](int64_t b, bool second) {
+    __m512i wq[R];
+    __m512 dw[R];
+    for (int r = 0; r < R; r++) {
+      const Block& w0 = rows[r][b];
+      if (second) {
+        wq[r] = pair(W::q(w0), W::q(rows[r][b + 1]));
+        dw[r] = halves(half(w0.d), half(rows[r][b + 1].d));
+      } else {
+        wq[r] = _mm512_zextsi256_si512(W::q(w0));
+        dw[r] = halves(half(w0.d), 0.0f);
       }
     }
-  }
-  for (; b < nb; b++) {  // an odd last block, at 256 bits
-    const __m256i wq = W::q(row, b);
-    const float d0 = W::d(row, b);
-    for (int j = 0; j < 4; j++) {
-      const BlockQ8Act& xb = x[j * stride + b];
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-      __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
-      if constexpr (W::kShift != 0)
-        p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(shift), xq));
-      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xb.d), _mm256_cvtepi32_ps(p), acc[j]);
-      if constexpr (T == DType::Q4_1) offsets[j] += W::m(row, b) * xb.s;
+    for (int j = 0; j < J; j++) {
+      const BlockQ8Act* xb = x + j * x_stride + b;
+      const __m512i xq = second ? pair(act(xb[0]), act(xb[1])) : _mm512_zextsi256_si512(act(xb[0]));
+      const __m512 dx = halves(xb[0].d, second ? xb[1].d : 0.0f);
+      __m512i base = _mm512_setzero_si512();
+      if constexpr (W::kShift != 0) base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(_mm512_setzero_si512(), shift, xq));
+      for (int r = 0; r < R; r++) {
+        const __m512i p = _mm512_dpbusd_epi32(base, wq[r], xq);
+        acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], dx), acc[r][j]);
+      }
     }
+    if constexpr (T == DType::Q4_1) {
+      for (int64_t k = b; k < b + (second ? 2 : 1); k++) {
+        auto s = [&](int j) { return j < J ? x[j * x_stride + k].s : 0.0f; };
+        const __m128 sv = J == 1 ? _mm_set_ss(s(0)) : _mm_setr_ps(s(0), s(1), s(2), s(3));  // no store-to-load stall
+        for (int r = 0; r < R; r++) offs[r] = _mm_fmadd_ps(_mm_set1_ps(half(rows[r][k].m)), sv, offs[r]);
+      }
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) step(b, true);
+  if (b < nb) step(b, false);
+  for (int r = 0; r < R; r++) {
+    float o[4];
+    _mm_storeu_ps(o, offs[r]);
+    for (int j = 0; j < J; j++) out[j * out_stride + r] = hsum(acc[r][j]) + o[j];
   }
-  for (int j = 0; j < 4; j++) out[j] = hsum(acc[j]) + offsets[j];
+}
+
+template <DType T>
+float dot(const void* row, const BlockQ8Act* x, int64_t n) {
+  float out;
+  tile<T, 1, 1>(row, 0, x, 0, n, &out, 1);
+  return out;
+}
+
+template <DType T>
+QuantKernels kernels() {
+  return {dot<T>, tile<T, 4, 1>, tile<T, 4, 4>};
 }
 
 }  // namespace
 
-QuantDot4Fn quant_dot4_kernel_avx512(DType t) {
+QuantKernels quant_kernels_avx512(DType t) {
   switch (t) {
-    case DType::Q4_0: return dot4<DType::Q4_0>;
-    case DType::Q4_1: return dot4<DType::Q4_1>;
-    case DType::Q8_0: return dot4<DType::Q8_0>;
-    default: return nullptr;
+    case DType::Q4_0: return kernels<DType::Q4_0>();
+    case DType::Q4_1: return kernels<DType::Q4_1>();
+    case DType::Q8_0: return kernels<DType::Q8_0>();
+    default: return {};
   }
 }
 
@@ -122,7 +158,7 @@ QuantDot4Fn quant_dot4_kernel_avx512(DType t) {
 #else  // no AVX-512 VNNI build: the dispatcher falls back to AVX2
 
 namespace tandem::cpu {
-QuantDot4Fn quant_dot4_kernel_avx512(DType) { return nullptr; }
+QuantKernels quant_kernels_avx512(DType) { return {}; }
 }  // namespace tandem::cpu
 
 #endif
