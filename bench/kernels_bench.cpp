@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 
@@ -60,6 +61,29 @@ void BM_QuantTile(benchmark::State& st, DType t, Isa isa, int tokens) {
     benchmark::DoNotOptimize(out);
   }
   st.SetItemsProcessed(st.iterations() * 4 * tokens * kCols);  // multiply-adds
+}
+
+// One packed 16-row group x 8 tokens (the prefill kernel) or x 1 token (decode).
+void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
+  std::mt19937 rng(4);
+  std::vector<uint8_t> rows;
+  for (int r = 0; r < kPackRows; r++) {
+    const auto row = random_row(t, kCols, rng);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  const auto packed = pack_rows(t, rows.data(), kPackRows, kCols, rows.size() / kPackRows);
+  std::vector<float> x(tokens * kCols);
+  for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
+  std::vector<BlockQ8Act> xq(tokens * kCols / 32);
+  quantize_act_kernel(isa)(x.data(), xq.data(), tokens * kCols);
+  const PackedGemmFn f = packed_gemm_kernel(t, isa);
+  std::vector<float> out(tokens * kPackRows);
+  for (auto _ : st) {
+    f(packed.get(), kCols, xq.data(), kCols / 32, tokens, out.data(), kPackRows, kPackRows);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * kPackRows * tokens * kCols);  // multiply-adds
+  st.SetBytesProcessed(st.iterations() * (int64_t)rows.size());
 }
 
 void BM_RowDot(benchmark::State& st, DType t, Isa isa) {
@@ -116,6 +140,10 @@ int register_all() {
       if (t != DType::Q6_K) {
         benchmark::RegisterBenchmark(("quant_tile_4x4/" + name + at).c_str(), BM_QuantTile, t, isa, 4);
         benchmark::RegisterBenchmark(("quant_tile_4x1/" + name + at).c_str(), BM_QuantTile, t, isa, 1);
+        if (packed_gemm_kernel(t, isa)) {
+          benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
+          benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
+        }
       }
     }
     for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})

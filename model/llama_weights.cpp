@@ -12,8 +12,10 @@ std::string dims_str(const std::vector<uint64_t>& d) {
   return s + "]";
 }
 
+// `products`: the matrix multiplies activations (an untied token embedding only has rows looked
+// up, so it is not repacked).
 Result<cpu::WeightMatrix> matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
-                                 const cpu::CpuKernels& k) {
+                                 const cpu::CpuKernels& k, bool products = true) {
   const GgufTensor* t = f.find_tensor(name);
   if (!t) return make_error("missing tensor {}", name);
   if (t->dims.size() != 2 || (int64_t)t->dims[0] != cols || (int64_t)t->dims[1] != rows)
@@ -28,6 +30,7 @@ Result<cpu::WeightMatrix> matrix(const GgufFile& f, const std::string& name, int
   w.quant = k.quant(w.type);
   if (!t->type.compute_supported || !w.dot)
     return make_error("tensor {} has type {}, which tandem cannot compute with yet", name, t->type.name);
+  if (products) w.pack_for(k);
   return w;
 }
 
@@ -60,7 +63,7 @@ Result<LlamaWeights> LlamaWeights::from_gguf(const GgufFile& f, const LlamaConfi
     if (!r_.ok()) return r_.error();      \
     dst = std::move(r_.value());          \
   } while (0)
-  TANDEM_ASSIGN(w.token_embd, matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k));
+  TANDEM_ASSIGN(w.token_embd, matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, c.tied_output));
   TANDEM_ASSIGN(w.output_norm, vector(f, "output_norm.weight", c.n_embd));
   if (c.tied_output)
     w.output = w.token_embd;

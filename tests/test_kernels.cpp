@@ -12,6 +12,8 @@
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_quant.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
@@ -87,6 +89,7 @@ TEST(Kernels, ActivationQuantizationSameOnEveryIsa) {
     for (int b = 0; b < 8; b++) {
       EXPECT_EQ(got[b].d, ref[b].d) << isa_name(isa);
       EXPECT_EQ(got[b].s, ref[b].s) << isa_name(isa);
+      EXPECT_EQ(got[b].sum, ref[b].sum) << isa_name(isa);
       for (int j = 0; j < 32; j++) ASSERT_EQ(got[b].qs[j], ref[b].qs[j]) << isa_name(isa) << " block " << b << " " << j;
     }
   }
@@ -195,7 +198,8 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
     const int64_t rows = 512 / cols;
     for (Isa isa : supported_isas()) {
       const CpuKernels k = CpuKernels::for_isa(isa);
-      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant(v.type)};
+      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant(v.type), {}, 0, {}};
+      w.pack_for(k);
       const int64_t T = 9;
       std::vector<float> X(T * cols), Y(T * rows), y(rows);
       std::mt19937 rng(1);
@@ -206,6 +210,63 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
         matvec(w, X.data() + t * cols, y.data(), k);
         for (int64_t r = 0; r < rows; r++)
           ASSERT_NEAR(Y[t * rows + r], y[r], 1e-4f * (1 + std::fabs(y[r]))) << dtype_name(v.type) << " " << isa_name(isa);
+      }
+    }
+  }
+}
+
+// Random GGUF-layout rows of a legacy quant type: fp16 scales near 0.01, random quant bytes.
+std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const size_t rb = tandem::row_bytes(*dtype_info((uint32_t)t), cols);
+  std::vector<uint8_t> raw(rows * rb);
+  for (auto& b : raw) b = (uint8_t)rng();
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  const size_t block = rb / (cols / 32);
+  for (size_t off = 0; off < raw.size(); off += block) {
+    const uint16_t d = fp32_to_fp16(scale(rng)), m = fp32_to_fp16(scale(rng));
+    std::memcpy(&raw[off], &d, 2);
+    if (t == DType::Q4_1) std::memcpy(&raw[off + 2], &m, 2);
+  }
+  return raw;
+}
+
+TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const int64_t rows = 20, cols = 96, nb = cols / 32;  // a partial second group, odd blocks
+    const auto raw = random_quant_rows(t, rows, cols, rng);
+    const size_t rb = raw.size() / rows;
+    const auto packed = pack_rows(t, raw.data(), rows, cols, rb);
+    const size_t gbytes = packed_group_bytes(t, cols);
+    ASSERT_GE(gbytes, rb * kPackRows);
+    ASSERT_LT(gbytes, rb * kPackRows + 64) << "packing must not add bytes for decode to read";
+    std::vector<float> x(kPackMaxTokens * cols);
+    for (auto& e : x) e = nd(rng);
+    std::vector<BlockQ8Act> xq(kPackMaxTokens * nb);
+    quantize_act_scalar(x.data(), xq.data(), kPackMaxTokens * cols);
+    // The scalar twin agrees with the plain 8-bit dot (a different order: within rounding).
+    std::vector<float> ref(kPackMaxTokens * rows);
+    for (int64_t g = 0; g < 2; g++)
+      packed_gemm_scalar(t, packed.get() + g * gbytes, cols, xq.data(), nb, kPackMaxTokens, ref.data() + g * kPackRows,
+                         rows, (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));
+    for (int j = 0; j < kPackMaxTokens; j++)
+      for (int64_t r = 0; r < rows; r++) {
+        const float plain = quant_dot_scalar(t, raw.data() + r * rb, xq.data() + j * nb, cols);
+        ASSERT_NEAR(ref[j * rows + r], plain, 1e-4f * (1 + std::fabs(plain))) << dtype_name(t);
+      }
+    for (Isa isa : supported_isas()) {
+      const PackedGemmFn f = packed_gemm_kernel(t, isa);
+      if (!f) continue;
+      for (int n = 1; n <= kPackMaxTokens; n++) {
+        std::vector<float> got(kPackMaxTokens * rows + 1, -7.0f);  // sentinel past the end
+        for (int64_t g = 0; g < 2; g++)
+          f(packed.get() + g * gbytes, cols, xq.data(), nb, n, got.data() + g * kPackRows, rows,
+            (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));
+        for (int j = 0; j < n; j++)
+          for (int64_t r = 0; r < rows; r++)
+            ASSERT_EQ(got[j * rows + r], ref[j * rows + r]) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
+        EXPECT_EQ(got[n * rows], -7.0f) << "wrote past the rows it was given";
       }
     }
   }

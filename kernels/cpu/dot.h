@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
@@ -60,6 +61,7 @@ struct CpuKernels {
     return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations};
   }
   QuantKernels quant(DType t) const { return quantized_activations ? quant_kernels(t, isa) : QuantKernels{}; }
+  PackedGemmFn packed(DType t) const { return quantized_activations ? packed_gemm_kernel(t, isa) : nullptr; }
   RowDotFn row_dot(DType t) const { return row_dot_kernel(t, isa); }
   AxpyFn axpy(DType t) const { return axpy_kernel(t, isa); }
 };

@@ -18,6 +18,24 @@ struct Tile {
 // Float-path rows are decoded to float once per tile only when enough tokens reuse them.
 constexpr int64_t kDecodeRowsMinTokens = 4;
 
+// Tokens per pass over a tile's rows: with 16 rows x 128 tokens the activations (up to 48
+// blocks per token) and each thread's share of a matrix both stay in L2.
+constexpr int64_t kPackedTokenChunk = 128;
+
+// Rows [r0, r0 + nr) (whole 16-row groups) of packed w against every token of xq: up to 8
+// tokens per kernel call.
+void packed_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const BlockQ8Act* xq, int64_t nb, int64_t t0,
+                 int64_t t1, float* out) {
+  for (int64_t g = r0; g < r0 + nr; g += kPackRows) {
+    const uint8_t* group = w.packed.get() + (g / kPackRows) * w.packed_group_bytes;
+    const int valid = (int)std::min<int64_t>(kPackRows, w.rows - g);
+    for (int64_t t = t0; t < t1; t += kPackMaxTokens) {
+      const int n = (int)std::min<int64_t>(kPackMaxTokens, t1 - t);
+      w.packed_gemm(group, w.cols, xq + t * nb, nb, n, out + t * w.rows + (g - r0), w.rows, valid);
+    }
+  }
+}
+
 // Rows [r0, r0 + nr) of w against every token of xq ([n_tokens, nb] blocks) into out (row r0 of
 // token 0; tokens w.rows apart): 4 x 4 register tiles, then 4-row tiles, then single dots for
 // what is left. All three give the same float per (row, token).
@@ -48,11 +66,12 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
   // Decode: small tiles so both threads get even shares; prefill: tiles that stay in cache.
   const int64_t tile_rows = n_tokens == 1 ? 32 : 16;
   std::vector<Tile> tiles;
-  bool any_q8 = false, any_decoded = false;
+  bool any_q8 = false, any_decoded = false, any_packed = false;
   for (size_t p = 0; p < group.size(); p++) {
     const WeightMatrix& w = *group[p].w;
-    any_q8 |= w.quant.dot != nullptr;
-    any_decoded |= !w.quant.dot && n_tokens >= kDecodeRowsMinTokens;
+    any_q8 |= w.quant.dot != nullptr || w.packed_gemm != nullptr;
+    any_packed |= w.packed_gemm != nullptr;
+    any_decoded |= !w.quant.dot && !w.packed_gemm && n_tokens >= kDecodeRowsMinTokens;
     for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) tiles.push_back({(int)p, r0, std::min(tile_rows, w.rows - r0)});
   }
   std::vector<BlockQ8Act> xq(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
@@ -65,12 +84,27 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
       for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, xq.data() + t * nb, cols);
     }
     std::vector<float> decoded(any_decoded ? (size_t)(tile_rows * cols) : 0);  // [tile_rows, cols]
+    // Packed matrices go token chunk by token chunk; static scheduling gives each thread the
+    // same tiles in every chunk, and chunks write disjoint outputs, so no barrier between them.
+    if (any_packed)
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kPackedTokenChunk) {
+#pragma omp for schedule(static) nowait
+        for (int64_t ti = 0; ti < n_tiles; ti++) {
+          const Tile& tile = tiles[ti];
+          const WeightMatrix& w = *group[tile.p].w;
+          if (w.packed_gemm)
+            packed_tile(w, tile.r0, tile.nr, xq.data(), nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk),
+                        group[tile.p].out + tile.r0);
+        }
+      }
 #pragma omp for schedule(static)
     for (int64_t ti = 0; ti < n_tiles; ti++) {
       const Tile& tile = tiles[ti];
       const WeightMatrix& w = *group[tile.p].w;
       float* out = group[tile.p].out + tile.r0;
-      if (w.quant.dot) {
+      if (w.packed_gemm) {
+        continue;  // done above
+      } else if (w.quant.dot) {
         quant_tile(w, tile.r0, tile.nr, xq.data(), nb, n_tokens, out);
       } else if (n_tokens < kDecodeRowsMinTokens) {
         for (int64_t t = 0; t < n_tokens; t++)
@@ -93,6 +127,13 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
       }
     }
   }
+}
+
+void WeightMatrix::pack_for(const CpuKernels& k) {
+  packed_gemm = k.packed(type);
+  if (!packed_gemm) return;
+  packed = pack_rows(type, data, rows, cols, row_bytes);
+  packed_group_bytes = cpu::packed_group_bytes(type, cols);
 }
 
 void matvec(const WeightMatrix& w, const float* x, float* y, const CpuKernels& k) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/dtype.h"
@@ -20,6 +21,13 @@ struct WeightMatrix {
   size_t row_bytes = 0;
   RowDotFn dot = nullptr;     // fused dequant-dot with float activations, chosen for the model's ISA
   QuantKernels quant;         // with 8-bit activations; when quant.dot is set, products use them
+  // The same rows repacked in 16-row groups (packed_quant.h); when set, products use these.
+  std::shared_ptr<const uint8_t[]> packed;
+  size_t packed_group_bytes = 0;
+  PackedGemmFn packed_gemm = nullptr;
+
+  // Repacks the rows when the kernels have a packed kernel for the type.
+  void pack_for(const CpuKernels& k);
 
   const uint8_t* row(int64_t r) const { return data + (size_t)r * row_bytes; }
   size_t bytes() const { return (size_t)rows * row_bytes; }

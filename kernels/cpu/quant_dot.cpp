@@ -22,6 +22,7 @@ void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n) {
     }
     out[b].d = fp16_to_fp32(fp32_to_fp16(d));
     out[b].s = fp16_to_fp32(fp32_to_fp16(d * (float)sum));
+    out[b].sum = sum;
   }
 }
 
@@ -107,10 +108,6 @@ static QuantKernels scalar_kernels() {
 QuantizeActFn quantize_act_kernel(Isa isa) { return has_avx2(isa) ? quantize_act_avx2 : quantize_act_scalar; }
 
 QuantKernels quant_kernels(DType t, Isa isa) {
-  if (isa == Isa::Avx512) {
-    QuantKernels k = quant_kernels_avx512(t);
-    if (k.dot) return k;
-  }
   if (has_avx2(isa)) {
     QuantKernels k = quant_kernels_avx2(t);
     if (k.dot) return k;

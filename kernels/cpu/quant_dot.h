@@ -16,6 +16,7 @@ namespace tandem::cpu {
 struct BlockQ8Act {
   float d;          // scale, fp16-rounded
   float s;          // d * sum(qs), fp16-rounded (the Q4_1 offset term needs it)
+  int32_t sum;      // sum(qs), exact (the packed kernels' shift correction needs it)
   int8_t qs[32];
 };
 
@@ -52,7 +53,7 @@ QuantDotFn quant_dot_kernel(DType weight_type, Isa isa);  // quant_kernels(...).
 // AVX2 versions (quant_dot_avx2.cpp).
 QuantKernels quant_kernels_avx2(DType weight_type);
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n);
-// AVX-512 VNNI versions (quant_dot_avx512.cpp); empty where none exists.
-QuantKernels quant_kernels_avx512(DType weight_type);
+// At the AVX-512 level Q4_0/Q4_1/Q8_0 products use the packed kernels (packed_quant.h); the
+// rest use these AVX2 ones.
 
 }  // namespace tandem::cpu

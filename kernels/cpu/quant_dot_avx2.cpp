@@ -153,7 +153,8 @@ void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), p);
     out[b].d = round_half(d);
-    out[b].s = round_half(d * (float)_mm_cvtsi128_si32(s4));
+    out[b].sum = _mm_cvtsi128_si32(s4);
+    out[b].s = round_half(d * (float)out[b].sum);
   }
 }
 

@@ -1,0 +1,53 @@
+// Weights repacked for prefill and decode with 8-bit activations: 16 rows interleaved so that
+// one 512-bit VPDPBUSD multiplies four consecutive elements of 16 rows by the same four
+// activation bytes (a broadcast operand) and each int32 lane keeps summing one row's block.
+// After 8 such steps a lane holds the exact integer dot of one row's 32-element block with the
+// token's block, and one float multiply-add scales 16 rows at once. No horizontal sums, no
+// per-product scale work, no shuffles; each unpacked weight vector meets up to 8 tokens.
+//
+// Layout of one group of 16 rows (rows past the matrix's end are zero, and never stored out):
+//   quads   nb x kQuadBytes: block b's element quads; in each 64-byte vector lane r is row r.
+//           Q8_0: 8 vectors, vector s = elements 4s..4s+3 as unsigned bytes (w + 128).
+//           Q4_0/Q4_1: 4 vectors, vector c = bytes 4c..4c+3 of qs: low nibbles are elements
+//           4c..4c+3, high nibbles elements 16 + 4c..16 + 4c + 3.
+//   d       nb x 16 fp16 scales, row order
+//   m       nb x 16 fp16 offsets (Q4_1 only)
+// The group is the size of the 16 rows it came from (plus padding to 64 bytes), so decode
+// reads no extra bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/quant_dot.h"
+
+namespace tandem::cpu {
+
+constexpr int kPackRows = 16;
+constexpr int kPackMaxTokens = 8;  // tokens per kernel call (one accumulator each)
+
+// Bytes of one packed group of 16 rows with `cols` elements; 0 if the type has no packing.
+size_t packed_group_bytes(DType type, int64_t cols);
+bool can_pack(DType type);
+
+// Repacks rows [0, rows) of a GGUF-layout matrix (rows `row_bytes` apart) into
+// ceil(rows / 16) groups, 64-byte aligned.
+std::shared_ptr<uint8_t[]> pack_rows(DType type, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes);
+
+// out[t * out_stride + r] = row r of the group . token t (x + t * x_stride blocks), for
+// t < n_tokens (1..8) and r < valid_rows (1..16). Every (row, token) gets the same float
+// whatever n_tokens is, so batching and caching never change a result.
+using PackedGemmFn = void (*)(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens,
+                              float* out, int64_t out_stride, int valid_rows);
+// nullptr where the type or ISA has none (then products use QuantKernels).
+PackedGemmFn packed_gemm_kernel(DType type, Isa isa);
+PackedGemmFn packed_gemm_kernel_avx512(DType type);
+
+// The same arithmetic in plain C++, operation for operation (tests compare it exactly).
+void packed_gemm_scalar(DType type, const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,
+                        int n_tokens, float* out, int64_t out_stride, int valid_rows);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,104 @@
+// AVX-512 VNNI kernel over packed 16-row groups (layout in packed_quant.h). Compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512vnni; chosen only when best_isa() is Avx512.
+//
+// Per block: the group's 8 weight vectors are loaded (Q4: 4 loads, split into low and high
+// nibbles) once and meet each token through 8 VPDPBUSDs whose activation operand is a 4-byte
+// broadcast; one convert and one FMA then scale all 16 rows. The shift that makes weights
+// unsigned (Q4_0 q - 8, Q8_0 w + 128) is undone by starting each token's integer sum at
+// -shift x sum(x), an exact integer.
+#include "kernels/cpu/packed_quant.h"
+
+#include <cstring>
+
+#include "kernels/cpu/quant_blocks.h"
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* placeholders.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace tandem::cpu {
+
+namespace {
+
+inline __m512i quad(const int8_t* qs) {
+  int32_t v;
+  std::memcpy(&v, qs, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <DType T, int NT>
+void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
+          int valid_rows) {
+  constexpr int kQuadBytes = T == DType::Q8_0 ? 8 * 64 : 4 * 64;
+  constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
+  const int64_t nb = cols / kQK;
+  const auto* d = reinterpret_cast<const uint16_t*>(group + nb * kQuadBytes);
+  const uint16_t* m = d + nb * kPackRows;
+  __m512 acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* quads = group + b * kQuadBytes;
+    __m512i w[8];
+    if constexpr (T == DType::Q8_0) {
+      for (int s = 0; s < 8; s++) w[s] = _mm512_load_si512(quads + 64 * s);
+    } else {
+      const __m512i low = _mm512_set1_epi8(0x0F);
+      for (int c = 0; c < 4; c++) {
+        const __m512i v = _mm512_load_si512(quads + 64 * c);
+        w[c] = _mm512_and_si512(v, low);
+        w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kPackRows)));
+    __m512 mw;
+    if constexpr (T == DType::Q4_1)
+      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kPackRows)));
+    for (int t = 0; t < NT; t++) {
+      const BlockQ8Act& xb = x[t * x_stride + b];
+      __m512i p = kShift ? _mm512_set1_epi32(-kShift * xb.sum) : _mm512_setzero_si512();
+      for (int s = 0; s < 8; s++) p = _mm512_dpbusd_epi32(p, w[s], quad(xb.qs + 4 * s));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
+      if constexpr (T == DType::Q4_1) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), acc[t]);
+    }
+  }
+  const __mmask16 mask = valid_rows >= kPackRows ? (__mmask16)0xFFFF : (__mmask16)((1u << valid_rows) - 1);
+  for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
+}
+
+template <DType T>
+void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
+            int64_t out_stride, int valid_rows) {
+  switch (n_tokens) {
+    case 1: return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2: return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3: return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4: return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5: return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6: return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7: return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default: return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  }
+}
+
+}  // namespace
+
+PackedGemmFn packed_gemm_kernel_avx512(DType t) {
+  switch (t) {
+    case DType::Q4_0: return gemm_n<DType::Q4_0>;
+    case DType::Q4_1: return gemm_n<DType::Q4_1>;
+    case DType::Q8_0: return gemm_n<DType::Q8_0>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::cpu
+
+#else
+
+namespace tandem::cpu {
+PackedGemmFn packed_gemm_kernel_avx512(DType) { return nullptr; }
+}  // namespace tandem::cpu
+
+#endif
