@@ -40,27 +40,20 @@ void BM_QuantDot(benchmark::State& st, DType t, Isa isa) {
   st.SetItemsProcessed(st.iterations() * kCols);
 }
 
-// 4 weight rows x J tokens per call (J = 4: the prefill tile, J = 1: the decode tile).
-void BM_QuantTile(benchmark::State& st, DType t, Isa isa, int tokens) {
+void BM_QuantDot4(benchmark::State& st, DType t, Isa isa) {
   std::mt19937 rng(2);
-  std::vector<uint8_t> rows;
-  for (int r = 0; r < 4; r++) {
-    const auto row = random_row(t, kCols, rng);
-    rows.insert(rows.end(), row.begin(), row.end());
-  }
-  const size_t row_bytes = rows.size() / 4;
+  const auto row = random_row(t, kCols, rng);
   std::vector<float> x(4 * kCols);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
   std::vector<BlockQ8Act> xq(4 * kCols / 32);
   for (int j = 0; j < 4; j++) quantize_act_kernel(isa)(x.data() + j * kCols, xq.data() + j * kCols / 32, kCols);
-  const QuantKernels q = quant_kernels(t, isa);
-  const QuantTileFn f = tokens == 4 ? q.tile4x4 : q.rows4;
-  float out[16];
+  const QuantDot4Fn f = quant_dot4_kernel(t, isa);
+  float out[4];
   for (auto _ : st) {
-    f(rows.data(), row_bytes, xq.data(), kCols / 32, kCols, out, 4);
+    f(row.data(), xq.data(), kCols / 32, kCols, out);
     benchmark::DoNotOptimize(out);
   }
-  st.SetItemsProcessed(st.iterations() * 4 * tokens * kCols);  // multiply-adds
+  st.SetItemsProcessed(st.iterations() * 4 * kCols);
 }
 
 // One packed 16-row group x 8 tokens (the prefill kernel) or x 1 token (decode).
@@ -138,8 +131,7 @@ int register_all() {
       const std::string name(dtype_name(t));
       benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
       if (t != DType::Q6_K) {
-        benchmark::RegisterBenchmark(("quant_tile_4x4/" + name + at).c_str(), BM_QuantTile, t, isa, 4);
-        benchmark::RegisterBenchmark(("quant_tile_4x1/" + name + at).c_str(), BM_QuantTile, t, isa, 1);
+        benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
         if (packed_gemm_kernel(t, isa)) {
           benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
           benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);

@@ -27,7 +27,8 @@ Result<cpu::WeightMatrix> matrix(const GgufFile& f, const std::string& name, int
   w.cols = cols;
   w.row_bytes = t->row_size();
   w.dot = k.row_dot(w.type);
-  w.quant = k.quant(w.type);
+  w.qdot = k.quant_dot(w.type);
+  w.qdot4 = k.quant_dot4(w.type);
   if (!t->type.compute_supported || !w.dot)
     return make_error("tensor {} has type {}, which tandem cannot compute with yet", name, t->type.name);
   if (products) w.pack_for(k);

@@ -13,7 +13,6 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_quant.h"
-#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
@@ -112,28 +111,22 @@ TEST(Kernels, QuantizedActivationDotsEveryIsa) {
     for (Isa isa : supported_isas())
       EXPECT_NEAR(quant_dot_kernel(v.type, isa)(v.raw.data(), xq.data(), n), scalar, 1e-5 * mag)
           << dtype_name(v.type) << " " << isa_name(isa);
-    // Tiles: 4 rows of 64 or 96 elements (2 or 3 blocks: AVX-512 takes blocks in pairs, so an
-    // odd count has a tail) against 4 token rows of xq. Within one ISA the single dot, the
-    // 4-row tile and the 4 x 4 tile must agree exactly (batching must not change results).
+    // Four tokens at once: rows of 64 or 96 elements (2 or 3 blocks: AVX-512 takes blocks in
+    // pairs, so an odd count has a tail) against 4 token rows of xq.
     for (const int64_t cols : {64, 96}) {
+      if (v.type == DType::Q6_K) break;  // no four-token kernel
       const int64_t stride = 4;  // token j starts at block j * stride
-      const size_t row_bytes = tandem::row_bytes(*dtype_info((uint32_t)v.type), cols);
-      if (v.type == DType::Q6_K || 4 * stride * 32 > n || 4 * row_bytes > v.raw.size()) continue;
+      if (4 * stride * 32 > n) continue;
       for (Isa isa : supported_isas()) {
-        const QuantKernels q = quant_kernels(v.type, isa);
-        ASSERT_TRUE(q.dot && q.rows4 && q.tile4x4) << dtype_name(v.type) << " " << isa_name(isa);
-        float tile[4 * 5], rows[4];
-        q.tile4x4(v.raw.data(), row_bytes, xq.data(), stride, cols, tile, 5);
+        float got[4];
+        quant_dot4_kernel(v.type, isa)(v.raw.data(), xq.data(), stride, cols, got);
         for (int j = 0; j < 4; j++) {
-          q.rows4(v.raw.data(), row_bytes, xq.data() + j * stride, 0, cols, rows, 1);
-          for (int r = 0; r < 4; r++) {
-            const uint8_t* row = v.raw.data() + r * row_bytes;
-            const float one = q.dot(row, xq.data() + j * stride, cols);
-            EXPECT_NEAR(one, quant_dot_scalar(v.type, row, xq.data() + j * stride, cols), 1e-5 * mag)
-                << dtype_name(v.type) << " " << isa_name(isa) << " token " << j << " cols " << cols;
-            EXPECT_EQ(tile[j * 5 + r], one) << dtype_name(v.type) << " " << isa_name(isa) << " 4x4 tile";
-            EXPECT_EQ(rows[r], one) << dtype_name(v.type) << " " << isa_name(isa) << " 4-row tile";
-          }
+          EXPECT_NEAR(got[j], quant_dot_scalar(v.type, v.raw.data(), xq.data() + j * stride, cols), 1e-5 * mag)
+              << dtype_name(v.type) << " " << isa_name(isa) << " token " << j << " cols " << cols;
+          // Within one ISA the four-token and one-token dots agree exactly (batching must not
+          // change results).
+          EXPECT_EQ(got[j], quant_dot_kernel(v.type, isa)(v.raw.data(), xq.data() + j * stride, cols))
+              << dtype_name(v.type) << " " << isa_name(isa) << " token " << j << " cols " << cols;
         }
       }
     }
@@ -198,7 +191,8 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
     const int64_t rows = 512 / cols;
     for (Isa isa : supported_isas()) {
       const CpuKernels k = CpuKernels::for_isa(isa);
-      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant(v.type), {}, 0, {}};
+      WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant_dot(v.type),
+                     k.quant_dot4(v.type), {}, 0, {}};
       w.pack_for(k);
       const int64_t T = 9;
       std::vector<float> X(T * cols), Y(T * rows), y(rows);

@@ -60,7 +60,8 @@ struct CpuKernels {
   static CpuKernels for_isa(Isa isa, bool quantized_activations = true) {
     return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations};
   }
-  QuantKernels quant(DType t) const { return quantized_activations ? quant_kernels(t, isa) : QuantKernels{}; }
+  QuantDotFn quant_dot(DType t) const { return quantized_activations ? quant_dot_kernel(t, isa) : nullptr; }
+  QuantDot4Fn quant_dot4(DType t) const { return quantized_activations ? quant_dot4_kernel(t, isa) : nullptr; }
   PackedGemmFn packed(DType t) const { return quantized_activations ? packed_gemm_kernel(t, isa) : nullptr; }
   RowDotFn row_dot(DType t) const { return row_dot_kernel(t, isa); }
   AxpyFn axpy(DType t) const { return axpy_kernel(t, isa); }

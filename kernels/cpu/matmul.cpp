@@ -36,28 +36,6 @@ void packed_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const BlockQ8Act
   }
 }
 
-// Rows [r0, r0 + nr) of w against every token of xq ([n_tokens, nb] blocks) into out (row r0 of
-// token 0; tokens w.rows apart): 4 x 4 register tiles, then 4-row tiles, then single dots for
-// what is left. All three give the same float per (row, token).
-void quant_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const BlockQ8Act* xq, int64_t nb, int64_t n_tokens,
-                float* out) {
-  const QuantKernels& q = w.quant;
-  const int64_t r4 = nr / 4 * 4;
-  int64_t t = 0;
-  if (q.tile4x4)
-    for (; t + 4 <= n_tokens; t += 4)
-      for (int64_t r = 0; r < r4; r += 4)
-        q.tile4x4(w.row(r0 + r), w.row_bytes, xq + t * nb, nb, w.cols, out + t * w.rows + r, w.rows);
-  for (int64_t t1 = 0; t1 < n_tokens; t1++) {
-    const bool tiled = t1 < t;
-    float* o = out + t1 * w.rows;
-    int64_t r = tiled ? r4 : 0;
-    if (!tiled && q.rows4)
-      for (; r < r4; r += 4) q.rows4(w.row(r0 + r), w.row_bytes, xq + t1 * nb, nb, w.cols, o + r, 1);
-    for (; r < nr; r++) o[r] = q.dot(w.row(r0 + r), xq + t1 * nb, w.cols);
-  }
-}
-
 }  // namespace
 
 void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
@@ -69,9 +47,9 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
   bool any_q8 = false, any_decoded = false, any_packed = false;
   for (size_t p = 0; p < group.size(); p++) {
     const WeightMatrix& w = *group[p].w;
-    any_q8 |= w.quant.dot != nullptr || w.packed_gemm != nullptr;
+    any_q8 |= w.qdot != nullptr || w.packed_gemm != nullptr;
     any_packed |= w.packed_gemm != nullptr;
-    any_decoded |= !w.quant.dot && !w.packed_gemm && n_tokens >= kDecodeRowsMinTokens;
+    any_decoded |= !w.qdot && !w.packed_gemm && n_tokens >= kDecodeRowsMinTokens;
     for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) tiles.push_back({(int)p, r0, std::min(tile_rows, w.rows - r0)});
   }
   std::vector<BlockQ8Act> xq(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
@@ -104,8 +82,19 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
       float* out = group[tile.p].out + tile.r0;
       if (w.packed_gemm) {
         continue;  // done above
-      } else if (w.quant.dot) {
-        quant_tile(w, tile.r0, tile.nr, xq.data(), nb, n_tokens, out);
+      } else if (w.qdot) {
+        int64_t t = 0;
+        if (w.qdot4) {  // four tokens per weight-row pass
+          float res[4];
+          for (; t + 4 <= n_tokens; t += 4)
+            for (int64_t r = 0; r < tile.nr; r++) {
+              w.qdot4(w.row(tile.r0 + r), xq.data() + t * nb, nb, cols, res);
+              for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j];
+            }
+        }
+        for (; t < n_tokens; t++)
+          for (int64_t r = 0; r < tile.nr; r++)
+            out[t * w.rows + r] = w.qdot(w.row(tile.r0 + r), xq.data() + t * nb, cols);
       } else if (n_tokens < kDecodeRowsMinTokens) {
         for (int64_t t = 0; t < n_tokens; t++)
           for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = w.dot(w.row(tile.r0 + r), X + t * cols, cols);

@@ -20,7 +20,8 @@ struct WeightMatrix {
   int64_t cols = 0;
   size_t row_bytes = 0;
   RowDotFn dot = nullptr;     // fused dequant-dot with float activations, chosen for the model's ISA
-  QuantKernels quant;         // with 8-bit activations; when quant.dot is set, products use them
+  QuantDotFn qdot = nullptr;  // dot with 8-bit activations; when set, products use it
+  QuantDot4Fn qdot4 = nullptr;  // the same against 4 tokens at once (prefill)
   // The same rows repacked in 16-row groups (packed_quant.h); when set, products use these.
   std::shared_ptr<const uint8_t[]> packed;
   size_t packed_group_bytes = 0;

@@ -86,41 +86,40 @@ static float quant_dot_scalar_t(const void* row, const BlockQ8Act* x, int64_t n)
   return quant_dot_scalar(T, row, x, n);
 }
 
-template <DType T>
-static void rows4_scalar(const void* row, size_t row_bytes, const BlockQ8Act* x, int64_t, int64_t n, float* out,
-                         int64_t) {
-  for (int r = 0; r < 4; r++) out[r] = quant_dot_scalar(T, static_cast<const uint8_t*>(row) + r * row_bytes, x, n);
+void quant_dot4_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out) {
+  for (int j = 0; j < 4; j++) out[j] = quant_dot_scalar(t, row, x + j * x_stride, n);
 }
 
 template <DType T>
-static void tile4x4_scalar(const void* row, size_t row_bytes, const BlockQ8Act* x, int64_t x_stride, int64_t n,
-                           float* out, int64_t out_stride) {
-  for (int r = 0; r < 4; r++)
-    for (int j = 0; j < 4; j++)
-      out[j * out_stride + r] = quant_dot_scalar(T, static_cast<const uint8_t*>(row) + r * row_bytes, x + j * x_stride, n);
+static void quant_dot4_scalar_t(const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out) {
+  quant_dot4_scalar(T, row, x, x_stride, n, out);
 }
 
-template <DType T>
-static QuantKernels scalar_kernels() {
-  return {quant_dot_scalar_t<T>, rows4_scalar<T>, T == DType::Q6_K ? nullptr : tile4x4_scalar<T>};
+QuantDot4Fn quant_dot4_kernel(DType t, Isa isa) {
+  if (has_avx2(isa)) {
+    if (QuantDot4Fn f = quant_dot4_kernel_avx2(t)) return f;
+  }
+  switch (t) {
+    case DType::Q4_0: return quant_dot4_scalar_t<DType::Q4_0>;
+    case DType::Q4_1: return quant_dot4_scalar_t<DType::Q4_1>;
+    case DType::Q8_0: return quant_dot4_scalar_t<DType::Q8_0>;
+    default: return nullptr;
+  }
 }
 
 QuantizeActFn quantize_act_kernel(Isa isa) { return has_avx2(isa) ? quantize_act_avx2 : quantize_act_scalar; }
 
-QuantKernels quant_kernels(DType t, Isa isa) {
+QuantDotFn quant_dot_kernel(DType t, Isa isa) {
   if (has_avx2(isa)) {
-    QuantKernels k = quant_kernels_avx2(t);
-    if (k.dot) return k;
+    if (QuantDotFn f = quant_dot_kernel_avx2(t)) return f;
   }
   switch (t) {
-    case DType::Q4_0: return scalar_kernels<DType::Q4_0>();
-    case DType::Q4_1: return scalar_kernels<DType::Q4_1>();
-    case DType::Q8_0: return scalar_kernels<DType::Q8_0>();
-    case DType::Q6_K: return scalar_kernels<DType::Q6_K>();
-    default: return {};
+    case DType::Q4_0: return quant_dot_scalar_t<DType::Q4_0>;
+    case DType::Q4_1: return quant_dot_scalar_t<DType::Q4_1>;
+    case DType::Q8_0: return quant_dot_scalar_t<DType::Q8_0>;
+    case DType::Q6_K: return quant_dot_scalar_t<DType::Q6_K>;
+    default: return nullptr;
   }
 }
-
-QuantDotFn quant_dot_kernel(DType t, Isa isa) { return quant_kernels(t, isa).dot; }
 
 }  // namespace tandem::cpu

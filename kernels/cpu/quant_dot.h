@@ -5,7 +5,6 @@
 // and numerically what the llama.cpp peer computes.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -20,8 +19,8 @@ struct BlockQ8Act {
   int8_t qs[32];
 };
 
-// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q8_0, Q6_K (tiles: Q4_0, Q4_1,
-// Q8_0).
+// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q8_0, Q6_K (the four-token
+// kernel: Q4_0, Q4_1, Q8_0).
 bool has_quant_dot(DType weight_type);
 
 // Quantizes n floats (a multiple of 32) into n / 32 blocks.
@@ -31,29 +30,19 @@ void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n);
 
 // sum_i dequant(row)[i] * dequant(x)[i] over n elements.
 using QuantDotFn = float (*)(const void* row, const BlockQ8Act* x, int64_t n);
+QuantDotFn quant_dot_kernel(DType weight_type, Isa isa);
 float quant_dot_scalar(DType weight_type, const void* row, const BlockQ8Act* x, int64_t n);
 
-// A register tile: 4 weight rows (row, row + row_bytes, ...) times J tokens (x + j * x_stride
-// blocks), out[j * out_stride + r] = row r . token j. Each weight block is unpacked once for
-// all J tokens and each activation block once for all 4 rows.
-using QuantTileFn = void (*)(const void* row, size_t row_bytes, const BlockQ8Act* x, int64_t x_stride, int64_t n,
-                             float* out, int64_t out_stride);
-
-// The kernels of one weight type at one ISA level. Within a level all three give the same
-// float for the same (row, token), so a product does not depend on how rows and tokens were
-// grouped (a batched step equals sequences run alone; a cached decode equals its prefill).
-struct QuantKernels {
-  QuantDotFn dot = nullptr;         // 1 row x 1 token
-  QuantTileFn rows4 = nullptr;      // 4 rows x 1 token (decode); nullptr: use dot
-  QuantTileFn tile4x4 = nullptr;    // 4 rows x 4 tokens (prefill); nullptr: use dot
-};
-QuantKernels quant_kernels(DType weight_type, Isa isa);
-QuantDotFn quant_dot_kernel(DType weight_type, Isa isa);  // quant_kernels(...).dot
+// One weight row against 4 tokens at once (prefill): out[j] = row . x[j * x_stride blocks].
+// Each weight block is unpacked once for all four tokens.
+using QuantDot4Fn = void (*)(const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out);
+QuantDot4Fn quant_dot4_kernel(DType weight_type, Isa isa);
+void quant_dot4_scalar(DType weight_type, const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out);
 
 // AVX2 versions (quant_dot_avx2.cpp).
-QuantKernels quant_kernels_avx2(DType weight_type);
+QuantDotFn quant_dot_kernel_avx2(DType weight_type);
+QuantDot4Fn quant_dot4_kernel_avx2(DType weight_type);
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n);
-// At the AVX-512 level Q4_0/Q4_1/Q8_0 products use the packed kernels (packed_quant.h); the
-// rest use these AVX2 ones.
+// At the AVX-512 level Q4_0/Q4_1/Q8_0 products use the packed kernels (packed_quant.h).
 
 }  // namespace tandem::cpu

@@ -107,23 +107,16 @@ void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float
   for (int j = 0; j < 4; j++) out[j] = hsum(acc[j]) + offsets[j];
 }
 
-// The 4-row tiles as loops over the one-row kernels above: the same floats per (row, token).
-template <QuantDotFn Dot>
-void rows4(const void* row, size_t row_bytes, const BlockQ8Act* x, int64_t, int64_t n, float* out, int64_t) {
-  for (int r = 0; r < 4; r++) out[r] = Dot(static_cast<const uint8_t*>(row) + r * row_bytes, x, n);
-}
+}  // namespace
 
-template <DType T>
-void tile4x4(const void* row, size_t row_bytes, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out,
-             int64_t out_stride) {
-  float res[4];
-  for (int r = 0; r < 4; r++) {
-    dot4<T>(static_cast<const uint8_t*>(row) + r * row_bytes, x, x_stride, n, res);
-    for (int j = 0; j < 4; j++) out[j * out_stride + r] = res[j];
+QuantDot4Fn quant_dot4_kernel_avx2(DType t) {
+  switch (t) {
+    case DType::Q4_0: return dot4<DType::Q4_0>;
+    case DType::Q4_1: return dot4<DType::Q4_1>;
+    case DType::Q8_0: return dot4<DType::Q8_0>;
+    default: return nullptr;
   }
 }
-
-}  // namespace
 
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -182,13 +175,13 @@ float dot_q6_k(const void* row, const BlockQ8Act* x, int64_t n) {
   return hsum(acc);
 }
 
-QuantKernels quant_kernels_avx2(DType t) {
+QuantDotFn quant_dot_kernel_avx2(DType t) {
   switch (t) {
-    case DType::Q4_0: return {dot_q4_0, rows4<dot_q4_0>, tile4x4<DType::Q4_0>};
-    case DType::Q4_1: return {dot_q4_1, rows4<dot_q4_1>, tile4x4<DType::Q4_1>};
-    case DType::Q8_0: return {dot_q8_0, rows4<dot_q8_0>, tile4x4<DType::Q8_0>};
-    case DType::Q6_K: return {dot_q6_k, rows4<dot_q6_k>, nullptr};
-    default: return {};
+    case DType::Q4_0: return dot_q4_0;
+    case DType::Q4_1: return dot_q4_1;
+    case DType::Q8_0: return dot_q8_0;
+    case DType::Q6_K: return dot_q6_k;
+    default: return nullptr;
   }
 }
 
@@ -197,7 +190,8 @@ QuantKernels quant_kernels_avx2(DType t) {
 #else
 
 namespace tandem::cpu {
-QuantKernels quant_kernels_avx2(DType) { return {}; }
+QuantDotFn quant_dot_kernel_avx2(DType) { return nullptr; }
+QuantDot4Fn quant_dot4_kernel_avx2(DType) { return nullptr; }
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) { quantize_act_scalar(x, out, n); }
 }  // namespace tandem::cpu
 
