@@ -11,8 +11,6 @@ namespace tandem::cpu {
 
 namespace {
 
-int quad_bytes(DType t) { return t == DType::Q8_0 ? 8 * 64 : 4 * 64; }
-
 // Scale, offset and the 32 elements' stored bytes of block b of one GGUF row.
 struct RawBlock {
   uint16_t d = 0, m = 0;
@@ -43,8 +41,7 @@ bool can_pack(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DTy
 size_t packed_group_bytes(DType t, int64_t cols) {
   if (!can_pack(t)) return 0;
   const int64_t nb = cols / kQK;
-  const size_t bytes = (size_t)nb * (quad_bytes(t) + 32 + (t == DType::Q4_1 ? 32 : 0));
-  return (bytes + 63) / 64 * 64;  // every group starts on a cache line
+  return (size_t)(nb + 1) / 2 * packed_unit_bytes(t);  // whole units: every group starts on a cache line
 }
 
 std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
@@ -53,18 +50,15 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
   auto* mem = static_cast<uint8_t*>(::operator new[](total, std::align_val_t(64)));
   std::shared_ptr<uint8_t[]> out(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
   std::memset(mem, 0, total);
-  const int qb = quad_bytes(t);
   for (int64_t g = 0; g < groups; g++) {
     uint8_t* group = mem + g * gbytes;
-    auto* d = reinterpret_cast<uint16_t*>(group + nb * qb);
-    uint16_t* m = d + nb * kPackRows;
     for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
       const uint8_t* row = data + (size_t)(g * kPackRows + r) * row_bytes;
       for (int64_t b = 0; b < nb; b++) {
         const RawBlock w = raw_block(t, row, b);
-        uint8_t* quads = group + b * qb;
-        d[b * kPackRows + r] = w.d;
-        if (t == DType::Q4_1) m[b * kPackRows + r] = w.m;
+        uint8_t* quads = group + packed_quads_at(t, b);
+        std::memcpy(group + packed_d_at(t, b) + 2 * r, &w.d, 2);
+        if (t == DType::Q4_1) std::memcpy(group + packed_m_at(t, b) + 2 * r, &w.m, 2);
         if (t == DType::Q8_0) {
           for (int s = 0; s < 8; s++)
             for (int k = 0; k < 4; k++) quads[64 * s + 4 * r + k] = w.qs[4 * s + k] ^ 0x80;
@@ -82,16 +76,15 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
 void packed_gemm_scalar(DType t, const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,
                         int n_tokens, float* out, int64_t out_stride, int valid_rows) {
   const int64_t nb = cols / kQK;
-  const int qb = quad_bytes(t);
   const int shift = t == DType::Q4_0 ? 8 : t == DType::Q8_0 ? 128 : 0;
-  const auto* d = reinterpret_cast<const uint16_t*>(group + nb * qb);
-  const uint16_t* m = d + nb * kPackRows;
   for (int tok = 0; tok < n_tokens; tok++)
     for (int r = 0; r < valid_rows; r++) {
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; b++) {
         const BlockQ8Act& xb = x[tok * x_stride + b];
-        const uint8_t* quads = group + b * qb;
+        const uint8_t* quads = group + packed_quads_at(t, b);
+        const auto* d = reinterpret_cast<const uint16_t*>(group + packed_d_at(t, b));
+        const auto* m = reinterpret_cast<const uint16_t*>(group + packed_m_at(t, b));
         int32_t p = -shift * xb.sum;
         for (int s = 0; s < 8; s++)
           for (int k = 0; k < 4; k++) {
@@ -100,9 +93,9 @@ void packed_gemm_scalar(DType t, const uint8_t* group, int64_t cols, const Block
             else u = s < 4 ? quads[64 * s + 4 * r + k] & 0xF : quads[64 * (s - 4) + 4 * r + k] >> 4;
             p += u * xb.qs[4 * s + k];
           }
-        const float scale = fp16_to_fp32(d[b * kPackRows + r]) * xb.d;
+        const float scale = fp16_to_fp32(d[r]) * xb.d;
         acc = std::fma((float)p, scale, acc);
-        if (t == DType::Q4_1) acc = std::fma(fp16_to_fp32(m[b * kPackRows + r]), xb.s, acc);
+        if (t == DType::Q4_1) acc = std::fma(fp16_to_fp32(m[r]), xb.s, acc);
       }
       out[tok * out_stride + r] = acc;
     }

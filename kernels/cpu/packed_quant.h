@@ -6,14 +6,18 @@
 // per-product scale work, no shuffles; each unpacked weight vector meets up to 8 tokens.
 //
 // Layout of one group of 16 rows (rows past the matrix's end are zero, and never stored out):
-//   quads   nb x kQuadBytes: block b's element quads; in each 64-byte vector lane r is row r.
+// blocks go in pairs, each pair one unit that holds everything its two blocks need, so a
+// group is one sequential stream (a separate scale stream halved decode's bandwidth):
+//   quads(b0) quads(b1) d(b0) d(b1) [m(b0) m(b1)]
+//   quads   kQuadBytes: the block's element quads; in each 64-byte vector lane r is row r.
 //           Q8_0: 8 vectors, vector s = elements 4s..4s+3 as unsigned bytes (w + 128).
 //           Q4_0/Q4_1: 4 vectors, vector c = bytes 4c..4c+3 of qs: low nibbles are elements
 //           4c..4c+3, high nibbles elements 16 + 4c..16 + 4c + 3.
-//   d       nb x 16 fp16 scales, row order
-//   m       nb x 16 fp16 offsets (Q4_1 only)
-// The group is the size of the 16 rows it came from (plus padding to 64 bytes), so decode
-// reads no extra bytes.
+//   d       16 fp16 scales, row order (32 bytes)
+//   m       16 fp16 offsets (Q4_1 only)
+// Units are whole cache lines; with an odd block count the last unit's second half is zero
+// padding (never read). The group is the size of the 16 rows it came from, so decode reads
+// no extra bytes.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +32,17 @@ namespace tandem::cpu {
 
 constexpr int kPackRows = 16;
 constexpr int kPackMaxTokens = 8;  // tokens per kernel call (one accumulator each)
+
+constexpr int packed_quad_bytes(DType t) { return t == DType::Q8_0 ? 8 * 64 : 4 * 64; }
+constexpr int packed_unit_bytes(DType t) { return 2 * packed_quad_bytes(t) + (t == DType::Q4_1 ? 128 : 64); }
+// Byte offsets of block b's quads, scales and offsets inside a group.
+constexpr size_t packed_quads_at(DType t, int64_t b) {
+  return (size_t)(b / 2) * packed_unit_bytes(t) + (size_t)(b % 2) * packed_quad_bytes(t);
+}
+constexpr size_t packed_d_at(DType t, int64_t b) {
+  return (size_t)(b / 2) * packed_unit_bytes(t) + 2 * packed_quad_bytes(t) + (size_t)(b % 2) * 32;
+}
+constexpr size_t packed_m_at(DType t, int64_t b) { return packed_d_at(t, b) + 64; }
 
 // Bytes of one packed group of 16 rows with `cols` elements; 0 if the type has no packing.
 size_t packed_group_bytes(DType type, int64_t cols);

@@ -31,15 +31,12 @@ inline __m512i quad(const int8_t* qs) {
 template <DType T, int NT>
 void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
-  constexpr int kQuadBytes = T == DType::Q8_0 ? 8 * 64 : 4 * 64;
   constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
   const int64_t nb = cols / kQK;
-  const auto* d = reinterpret_cast<const uint16_t*>(group + nb * kQuadBytes);
-  const uint16_t* m = d + nb * kPackRows;
   __m512 acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    const uint8_t* quads = group + b * kQuadBytes;
+    const uint8_t* quads = group + packed_quads_at(T, b);
     __m512i w[8];
     if constexpr (T == DType::Q8_0) {
       for (int s = 0; s < 8; s++) w[s] = _mm512_load_si512(quads + 64 * s);
@@ -51,10 +48,10 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
         w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + b * kPackRows)));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_d_at(T, b))));
     __m512 mw;
     if constexpr (T == DType::Q4_1)
-      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + b * kPackRows)));
+      mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_m_at(T, b))));
     for (int t = 0; t < NT; t++) {
       const BlockQ8Act& xb = x[t * x_stride + b];
       __m512i p = kShift ? _mm512_set1_epi32(-kShift * xb.sum) : _mm512_setzero_si512();
