@@ -36,6 +36,49 @@ void packed_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const BlockQ8Act
   }
 }
 
+// One tile of rows against every token, for matrices not done token chunk by token chunk.
+// decoded: scratch for tile_rows decoded float rows (float-path weights with many tokens).
+void run_tile(std::span<const Projection> group, const Tile& tile, const float* X, int64_t n_tokens,
+              const BlockQ8Act* xq, float* decoded, const CpuKernels& k) {
+  const WeightMatrix& w = *group[tile.p].w;
+  const int64_t cols = w.cols, nb = cols / 32;
+  float* out = group[tile.p].out + tile.r0;
+  if (w.packed_gemm) {
+    packed_tile(w, tile.r0, tile.nr, xq, nb, 0, n_tokens, out);
+  } else if (w.qdot) {
+    int64_t t = 0;
+    if (w.qdot4) {  // four tokens per weight-row pass
+      float res[4];
+      for (; t + 4 <= n_tokens; t += 4)
+        for (int64_t r = 0; r < tile.nr; r++) {
+          w.qdot4(w.row(tile.r0 + r), xq + t * nb, nb, cols, res);
+          for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j];
+        }
+    }
+    for (; t < n_tokens; t++)
+      for (int64_t r = 0; r < tile.nr; r++)
+        out[t * w.rows + r] = w.qdot(w.row(tile.r0 + r), xq + t * nb, cols);
+  } else if (n_tokens < kDecodeRowsMinTokens) {
+    for (int64_t t = 0; t < n_tokens; t++)
+      for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = w.dot(w.row(tile.r0 + r), X + t * cols, cols);
+  } else {
+    for (int64_t r = 0; r < tile.nr; r++) dequantize_row(w.type, w.row(tile.r0 + r), decoded + r * cols, cols);
+    int64_t t = 0;
+    float res[8];
+    for (; t + 4 <= n_tokens; t += 4) {  // 2 rows x 4 tokens per register tile
+      int64_t r = 0;
+      for (; r + 2 <= tile.nr; r += 2) {
+        k.tile_f32(decoded + r * cols, cols, X + t * cols, cols, cols, res);
+        for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j * 2], out[(t + j) * w.rows + r + 1] = res[j * 2 + 1];
+      }
+      for (; r < tile.nr; r++)
+        for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = k.dot_f32(decoded + r * cols, X + (t + j) * cols, cols);
+    }
+    for (; t < n_tokens; t++)
+      for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = k.dot_f32(decoded + r * cols, X + t * cols, cols);
+  }
+}
+
 }  // namespace
 
 void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
@@ -64,7 +107,7 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
     std::vector<float> decoded(any_decoded ? (size_t)(tile_rows * cols) : 0);  // [tile_rows, cols]
     // Packed matrices go token chunk by token chunk; static scheduling gives each thread the
     // same tiles in every chunk, and chunks write disjoint outputs, so no barrier between them.
-    if (any_packed)
+    if (any_packed && n_tokens > 1)
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kPackedTokenChunk) {
 #pragma omp for schedule(static) nowait
         for (int64_t ti = 0; ti < n_tiles; ti++) {
@@ -75,45 +118,16 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
                         group[tile.p].out + tile.r0);
         }
       }
+    // Decode: guided scheduling hands out shrinking runs of tiles, so a thread that the
+    // machine slows (the two cores rarely stream at the same rate) takes fewer of them while
+    // each run stays one sequential stream. The tile, not the thread, fixes every float.
+    if (n_tokens == 1) {
+#pragma omp for schedule(guided)
+      for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq.data(), decoded.data(), k);
+    } else {
 #pragma omp for schedule(static)
-    for (int64_t ti = 0; ti < n_tiles; ti++) {
-      const Tile& tile = tiles[ti];
-      const WeightMatrix& w = *group[tile.p].w;
-      float* out = group[tile.p].out + tile.r0;
-      if (w.packed_gemm) {
-        continue;  // done above
-      } else if (w.qdot) {
-        int64_t t = 0;
-        if (w.qdot4) {  // four tokens per weight-row pass
-          float res[4];
-          for (; t + 4 <= n_tokens; t += 4)
-            for (int64_t r = 0; r < tile.nr; r++) {
-              w.qdot4(w.row(tile.r0 + r), xq.data() + t * nb, nb, cols, res);
-              for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j];
-            }
-        }
-        for (; t < n_tokens; t++)
-          for (int64_t r = 0; r < tile.nr; r++)
-            out[t * w.rows + r] = w.qdot(w.row(tile.r0 + r), xq.data() + t * nb, cols);
-      } else if (n_tokens < kDecodeRowsMinTokens) {
-        for (int64_t t = 0; t < n_tokens; t++)
-          for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = w.dot(w.row(tile.r0 + r), X + t * cols, cols);
-      } else {
-        for (int64_t r = 0; r < tile.nr; r++) dequantize_row(w.type, w.row(tile.r0 + r), decoded.data() + r * cols, cols);
-        int64_t t = 0;
-        float res[8];
-        for (; t + 4 <= n_tokens; t += 4) {  // 2 rows x 4 tokens per register tile
-          int64_t r = 0;
-          for (; r + 2 <= tile.nr; r += 2) {
-            k.tile_f32(decoded.data() + r * cols, cols, X + t * cols, cols, cols, res);
-            for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = res[j * 2], out[(t + j) * w.rows + r + 1] = res[j * 2 + 1];
-          }
-          for (; r < tile.nr; r++)
-            for (int j = 0; j < 4; j++) out[(t + j) * w.rows + r] = k.dot_f32(decoded.data() + r * cols, X + (t + j) * cols, cols);
-        }
-        for (; t < n_tokens; t++)
-          for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = k.dot_f32(decoded.data() + r * cols, X + t * cols, cols);
-      }
+      for (int64_t ti = 0; ti < n_tiles; ti++)
+        if (!group[tiles[ti].p].w->packed_gemm) run_tile(group, tiles[ti], X, n_tokens, xq.data(), decoded.data(), k);
     }
   }
 }
