@@ -12,6 +12,7 @@
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_dot.h"
 
@@ -258,6 +259,56 @@ TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
         std::vector<float> got(kPackMaxTokens * rows + 1, -7.0f);  // sentinel past the end
         for (int64_t g = 0; g < 2; g++)
           f(packed.get() + g * gbytes, cols, xq.data(), nb, n, got.data() + g * kPackRows, rows,
+            (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));
+        for (int j = 0; j < n; j++)
+          for (int64_t r = 0; r < rows; r++)
+            ASSERT_EQ(got[j * rows + r], ref[j * rows + r]) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
+        EXPECT_EQ(got[n * rows], -7.0f) << "wrote past the rows it was given";
+      }
+    }
+  }
+}
+
+TEST(Kernels, PackedFloatGemmExactAcrossTokenCountsAndIsas) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> nd;
+  for (DType t : {DType::F16, DType::BF16}) {
+    const int64_t rows = 21, cols = 70;  // a partial second group
+    std::vector<uint16_t> raw(rows * cols);
+    auto bf16 = [](float f) {  // truncation: any bf16 will do
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      return (uint16_t)(b >> 16);
+    };
+    for (auto& e : raw) e = t == DType::F16 ? fp32_to_fp16(nd(rng)) : bf16(nd(rng));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(raw.data());
+    ASSERT_TRUE(can_pack_float(t, cols));
+    const auto packed = pack_float_rows(t, bytes, rows, cols, cols * 2);
+    const size_t gbytes = packed_float_group_bytes(t, cols);
+    ASSERT_EQ(gbytes, (size_t)cols * 2 * kPackRows) << "a group is exactly its rows' bytes";
+    std::vector<float> x(kPackMaxTokens * cols);
+    for (auto& e : x) e = nd(rng);
+    // The scalar twin agrees with a plain double-precision dot within rounding.
+    std::vector<float> ref(kPackMaxTokens * rows);
+    for (int64_t g = 0; g < 2; g++)
+      packed_float_gemm_scalar(t, packed.get() + g * gbytes, cols, x.data(), cols, kPackMaxTokens,
+                               ref.data() + g * kPackRows, rows, (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));
+    for (int j = 0; j < kPackMaxTokens; j++)
+      for (int64_t r = 0; r < rows; r++) {
+        double plain = 0;
+        for (int64_t c = 0; c < cols; c++) {
+          const uint16_t v = raw[r * cols + c];
+          plain += (double)(t == DType::F16 ? fp16_to_fp32(v) : bf16_to_fp32(v)) * x[j * cols + c];
+        }
+        ASSERT_NEAR(ref[j * rows + r], plain, 1e-4 * (1 + std::fabs(plain))) << dtype_name(t);
+      }
+    for (Isa isa : supported_isas()) {
+      const PackedFloatGemmFn f = packed_float_gemm_kernel(t, isa);
+      if (!f) continue;
+      for (int n = 1; n <= kPackMaxTokens; n++) {
+        std::vector<float> got(kPackMaxTokens * rows + 1, -7.0f);  // sentinel past the end
+        for (int64_t g = 0; g < 2; g++)
+          f(packed.get() + g * gbytes, cols, x.data(), cols, n, got.data() + g * kPackRows, rows,
             (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));
         for (int j = 0; j < n; j++)
           for (int64_t r = 0; r < rows; r++)

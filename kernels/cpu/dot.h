@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_dot.h"
 
@@ -63,6 +64,8 @@ struct CpuKernels {
   QuantDotFn quant_dot(DType t) const { return quantized_activations ? quant_dot_kernel(t, isa) : nullptr; }
   QuantDot4Fn quant_dot4(DType t) const { return quantized_activations ? quant_dot4_kernel(t, isa) : nullptr; }
   PackedGemmFn packed(DType t) const { return quantized_activations ? packed_gemm_kernel(t, isa) : nullptr; }
+  // Float arithmetic, so used in either activation mode.
+  PackedFloatGemmFn packed_float(DType t) const { return packed_float_gemm_kernel(t, isa); }
   RowDotFn row_dot(DType t) const { return row_dot_kernel(t, isa); }
   AxpyFn axpy(DType t) const { return axpy_kernel(t, isa); }
 };

@@ -22,16 +22,19 @@ constexpr int64_t kDecodeRowsMinTokens = 4;
 // blocks per token) and each thread's share of a matrix both stay in L2.
 constexpr int64_t kPackedTokenChunk = 128;
 
-// Rows [r0, r0 + nr) (whole 16-row groups) of packed w against every token of xq: up to 8
-// tokens per kernel call.
-void packed_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const BlockQ8Act* xq, int64_t nb, int64_t t0,
-                 int64_t t1, float* out) {
+// Rows [r0, r0 + nr) (whole 16-row groups) of packed w against tokens [t0, t1) of xq (quant
+// types) or X (float types): up to 8 tokens per kernel call.
+void packed_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const float* X, const BlockQ8Act* xq, int64_t nb,
+                 int64_t t0, int64_t t1, float* out) {
   for (int64_t g = r0; g < r0 + nr; g += kPackRows) {
     const uint8_t* group = w.packed.get() + (g / kPackRows) * w.packed_group_bytes;
     const int valid = (int)std::min<int64_t>(kPackRows, w.rows - g);
     for (int64_t t = t0; t < t1; t += kPackMaxTokens) {
       const int n = (int)std::min<int64_t>(kPackMaxTokens, t1 - t);
-      w.packed_gemm(group, w.cols, xq + t * nb, nb, n, out + t * w.rows + (g - r0), w.rows, valid);
+      if (w.packed_float_gemm)
+        w.packed_float_gemm(group, w.cols, X + t * w.cols, w.cols, n, out + t * w.rows + (g - r0), w.rows, valid);
+      else
+        w.packed_gemm(group, w.cols, xq + t * nb, nb, n, out + t * w.rows + (g - r0), w.rows, valid);
     }
   }
 }
@@ -43,8 +46,8 @@ void run_tile(std::span<const Projection> group, const Tile& tile, const float* 
   const WeightMatrix& w = *group[tile.p].w;
   const int64_t cols = w.cols, nb = cols / 32;
   float* out = group[tile.p].out + tile.r0;
-  if (w.packed_gemm) {
-    packed_tile(w, tile.r0, tile.nr, xq, nb, 0, n_tokens, out);
+  if (w.is_packed()) {
+    packed_tile(w, tile.r0, tile.nr, X, xq, nb, 0, n_tokens, out);
   } else if (w.qdot) {
     int64_t t = 0;
     if (w.qdot4) {  // four tokens per weight-row pass
@@ -91,8 +94,8 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
   for (size_t p = 0; p < group.size(); p++) {
     const WeightMatrix& w = *group[p].w;
     any_q8 |= w.qdot != nullptr || w.packed_gemm != nullptr;
-    any_packed |= w.packed_gemm != nullptr;
-    any_decoded |= !w.qdot && !w.packed_gemm && n_tokens >= kDecodeRowsMinTokens;
+    any_packed |= w.is_packed();
+    any_decoded |= !w.qdot && !w.is_packed() && n_tokens >= kDecodeRowsMinTokens;
     for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) tiles.push_back({(int)p, r0, std::min(tile_rows, w.rows - r0)});
   }
   std::vector<BlockQ8Act> xq(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
@@ -113,8 +116,8 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
         for (int64_t ti = 0; ti < n_tiles; ti++) {
           const Tile& tile = tiles[ti];
           const WeightMatrix& w = *group[tile.p].w;
-          if (w.packed_gemm)
-            packed_tile(w, tile.r0, tile.nr, xq.data(), nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk),
+          if (w.is_packed())
+            packed_tile(w, tile.r0, tile.nr, X, xq.data(), nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk),
                         group[tile.p].out + tile.r0);
         }
       }
@@ -127,16 +130,22 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
     } else {
 #pragma omp for schedule(static)
       for (int64_t ti = 0; ti < n_tiles; ti++)
-        if (!group[tiles[ti].p].w->packed_gemm) run_tile(group, tiles[ti], X, n_tokens, xq.data(), decoded.data(), k);
+        if (!group[tiles[ti].p].w->is_packed()) run_tile(group, tiles[ti], X, n_tokens, xq.data(), decoded.data(), k);
     }
   }
 }
 
 void WeightMatrix::pack_for(const CpuKernels& k) {
   packed_gemm = k.packed(type);
-  if (!packed_gemm) return;
-  packed = pack_rows(type, data, rows, cols, row_bytes);
-  packed_group_bytes = cpu::packed_group_bytes(type, cols);
+  if (packed_gemm) {
+    packed = pack_rows(type, data, rows, cols, row_bytes);
+    packed_group_bytes = cpu::packed_group_bytes(type, cols);
+    return;
+  }
+  if (can_pack_float(type, cols)) packed_float_gemm = k.packed_float(type);
+  if (!packed_float_gemm) return;
+  packed = pack_float_rows(type, data, rows, cols, row_bytes);
+  packed_group_bytes = packed_float_group_bytes(type, cols);
 }
 
 void matvec(const WeightMatrix& w, const float* x, float* y, const CpuKernels& k) {

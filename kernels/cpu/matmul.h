@@ -26,6 +26,10 @@ struct WeightMatrix {
   std::shared_ptr<const uint8_t[]> packed;
   size_t packed_group_bytes = 0;
   PackedGemmFn packed_gemm = nullptr;
+  // F16/BF16 rows repacked the same way for float activations (packed_float.h); when set,
+  // products use these.
+  PackedFloatGemmFn packed_float_gemm = nullptr;
+  bool is_packed() const { return packed_gemm || packed_float_gemm; }
 
   // Repacks the rows when the kernels have a packed kernel for the type.
   void pack_for(const CpuKernels& k);

@@ -1,0 +1,79 @@
+// AVX-512 kernel over packed float groups (layout in packed_float.h). Compiled with
+// -mavx512f -mf16c; chosen only when best_isa() is Avx512.
+//
+// Per pair of elements: two 32-byte loads widen to 16 floats each (F16: VCVTPH2PS; BF16: a
+// 16-bit shift), then each token gets two FMAs whose activation is an embedded broadcast.
+// With 8 tokens that is 16 FMAs per 64 weight bytes, enough independent chains to keep both
+// FMA pipes busy; with 1 token (decode) the two chains and the stream keep up with memory.
+#include "kernels/cpu/packed_float.h"
+
+#include "kernels/cpu/packed_quant.h"
+
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* placeholders.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace tandem::cpu {
+
+namespace {
+
+template <DType T>
+inline __m512 widen(const uint16_t* p) {
+  const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <DType T, int NT>
+void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, float* out, int64_t out_stride,
+          int valid_rows) {
+  const auto* w = reinterpret_cast<const uint16_t*>(group);
+  __m512 even[NT], odd[NT];
+  for (int t = 0; t < NT; t++) even[t] = _mm512_setzero_ps(), odd[t] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < cols; k += 2) {
+    const __m512 w0 = widen<T>(w + k * kPackRows), w1 = widen<T>(w + (k + 1) * kPackRows);
+    for (int t = 0; t < NT; t++) {
+      even[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * x_stride + k]), even[t]);
+      odd[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * x_stride + k + 1]), odd[t]);
+    }
+  }
+  const __mmask16 mask = valid_rows >= kPackRows ? (__mmask16)0xFFFF : (__mmask16)((1u << valid_rows) - 1);
+  for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, _mm512_add_ps(even[t], odd[t]));
+}
+
+template <DType T>
+void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
+            int64_t out_stride, int valid_rows) {
+  switch (n_tokens) {
+    case 1: return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2: return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3: return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4: return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5: return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6: return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7: return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default: return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  }
+}
+
+}  // namespace
+
+PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType t) {
+  switch (t) {
+    case DType::F16: return gemm_n<DType::F16>;
+    case DType::BF16: return gemm_n<DType::BF16>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::cpu
+
+#else
+
+namespace tandem::cpu {
+PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType) { return nullptr; }
+}  // namespace tandem::cpu
+
+#endif
