@@ -342,36 +342,53 @@ TEST(Kernels, RmsNormRopeSoftmaxSilu) {
   EXPECT_NEAR(g[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
 }
 
-// Attention against a direct evaluation of softmax(q k^T / sqrt(d)) v with GQA.
+// Attention against a direct evaluation of softmax(q k^T / sqrt(d)) v with GQA, for head sizes
+// the AVX-512 kernel takes (64, 128) and one it leaves to the generic path (8), F32 and F16
+// caches, and more keys than one 16-lane vector. Each query row alone gives the same floats
+// as the rows together (how work is grouped never changes a result).
 TEST(Kernels, AttentionMatchesDirectFormula) {
-  const AttentionShape s{4, 2, 8};
-  const int64_t n_ctx = 6, pos0 = 3, n_q = 3;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  std::vector<float> k(n_ctx * 16), v(n_ctx * 16), q(n_q * 32), out(n_q * 32);
-  for (auto* vec : {&k, &v, &q})
-    for (auto& e : *vec) e = nd(rng);
-  for (Isa isa : supported_isas()) {
-    attention(q.data(), k.data(), v.data(), DType::F32, n_q, pos0, s, out.data(), CpuKernels::for_isa(isa));
-    for (int64_t i = 0; i < n_q; i++)
-      for (int h = 0; h < 4; h++) {
-        const int kvh = h / 2;
-        std::vector<double> sc(pos0 + i + 1);
-        double mx = -1e30, sum = 0;
-        for (int64_t t = 0; t <= pos0 + i; t++) {
-          double d = 0;
-          for (int j = 0; j < 8; j++) d += q[i * 32 + h * 8 + j] * k[t * 16 + kvh * 8 + j];
-          sc[t] = d / std::sqrt(8.0);
-          mx = std::max(mx, sc[t]);
-        }
-        for (auto& e : sc) sum += (e = std::exp(e - mx));
-        for (int j = 0; j < 8; j++) {
-          double o = 0;
-          for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * v[t * 16 + kvh * 8 + j];
-          ASSERT_NEAR(out[i * 32 + h * 8 + j], o, 1e-5) << isa_name(isa);
+  for (int hd : {8, 64, 128})
+    for (DType kv_type : {DType::F32, DType::F16}) {
+      const AttentionShape s{6, 2, hd};
+      const int64_t n_ctx = 40, pos0 = 21, n_q = 19, kvd = 2 * hd, qd = 6 * hd;
+      std::vector<float> k(n_ctx * kvd), v(n_ctx * kvd), q(n_q * qd), out(n_q * qd), one(qd);
+      for (auto* vec : {&k, &v, &q})
+        for (auto& e : *vec) e = nd(rng);
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      for (size_t j = 0; j < k.size(); j++) {
+        k16[j] = fp32_to_fp16(k[j]), v16[j] = fp32_to_fp16(v[j]);
+        if (kv_type == DType::F16) k[j] = fp16_to_fp32(k16[j]), v[j] = fp16_to_fp32(v16[j]);
+      }
+      const void* kc = kv_type == DType::F16 ? (const void*)k16.data() : k.data();
+      const void* vc = kv_type == DType::F16 ? (const void*)v16.data() : v.data();
+      for (Isa isa : supported_isas()) {
+        const auto kern = CpuKernels::for_isa(isa);
+        attention(q.data(), kc, vc, kv_type, n_q, pos0, s, out.data(), kern);
+        for (int64_t i = 0; i < n_q; i++) {
+          attention(q.data() + i * qd, kc, vc, kv_type, 1, pos0 + i, s, one.data(), kern);
+          for (int64_t j = 0; j < qd; j++) ASSERT_EQ(one[j], out[i * qd + j]) << "row " << i << " alone, " << isa_name(isa);
+          for (int h = 0; h < 6; h++) {
+            const int kvh = h / 3;
+            std::vector<double> sc(pos0 + i + 1);
+            double mx = -1e30, sum = 0;
+            for (int64_t t = 0; t <= pos0 + i; t++) {
+              double d = 0;
+              for (int j = 0; j < hd; j++) d += q[i * qd + h * hd + j] * k[t * kvd + kvh * hd + j];
+              sc[t] = d / std::sqrt((double)hd);
+              mx = std::max(mx, sc[t]);
+            }
+            for (auto& e : sc) sum += (e = std::exp(e - mx));
+            for (int j = 0; j < hd; j++) {
+              double o = 0;
+              for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * v[t * kvd + kvh * hd + j];
+              ASSERT_NEAR(out[i * qd + h * hd + j], o, 2e-5) << isa_name(isa) << " head_dim " << hd << " " << dtype_name(kv_type);
+            }
+          }
         }
       }
-  }
+    }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,28 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
   const float scale = 1.0f / std::sqrt((float)s.head_dim);
   const RowDotFn dot = kernels.row_dot(kv_type);
   const AxpyFn axpy = kernels.axpy(kv_type);
+  const AttendHeadsFn heads = kernels.isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv_type, s.head_dim) : nullptr;
+  if (heads) {
+    // Work items: a query row's heads that share a KV head, so each K and V row is widened
+    // once for all of them; with few rows (decode), single heads, so threads get even shares.
+    const int per_item = n_q * s.n_kv_head >= 16 ? group : 1;
+    const int64_t items_per_row = s.n_head / per_item;
+#pragma omp parallel
+    {
+      std::vector<const uint8_t*> k_rows((size_t)max_keys), v_rows((size_t)max_keys);
+      std::vector<float> scores((size_t)(per_item * max_keys));
+#pragma omp for schedule(dynamic, 2)
+      for (int64_t w = 0; w < n_q * items_per_row; w++) {
+        const int64_t i = w / items_per_row;
+        const int h0 = (int)(w % items_per_row) * per_item;
+        const int64_t n_keys = pos_of(i) + 1;
+        for (int64_t t = 0; t < n_keys; t++) std::tie(k_rows[(size_t)t], v_rows[(size_t)t]) = rows(i, t, h0 / group);
+        const int64_t at = i * q_stride + (int64_t)h0 * s.head_dim;
+        heads(s.head_dim, per_item, q + at, k_rows.data(), v_rows.data(), n_keys, scale, scores.data(), max_keys, out + at);
+      }
+    }
+    return;
+  }
   const int64_t n_work = n_q * s.n_head;
 #pragma omp parallel
   {

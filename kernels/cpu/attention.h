@@ -21,6 +21,16 @@ struct AttentionShape {
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
 
+// n_heads consecutive query heads (q: [n_heads, head_dim]) that share one KV head, whose key t
+// has its K row at k_rows[t] and V row at v_rows[t] (head_dim elements of the cache type):
+// out[h] = softmax(q[h] . K^T * scale) V for each head. scores: [n_heads, scores_stride]
+// scratch, scores_stride >= n_keys. A head's result does not depend on n_heads.
+using AttendHeadsFn = void (*)(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows,
+                               const uint8_t* const* v_rows, int64_t n_keys, float scale, float* scores,
+                               int64_t scores_stride, float* out);
+// AVX-512 (attention_avx512.cpp), head_dim 64 or 128, F16 or F32 cache; nullptr otherwise.
+AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim);
+
 // K and V of one sequence held in a pool of fixed-size blocks (kv/block_pool.h): position t
 // lives in block table[t / block_tokens], row t % block_tokens.
 struct PagedKvView {

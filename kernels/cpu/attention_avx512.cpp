@@ -1,0 +1,154 @@
+// AVX-512 attention for one query row's heads that share a KV head (attention.h). Compiled
+// with -mavx512f -mf16c; chosen only when best_isa() is Avx512.
+//
+// Each key (or value) row is loaded and widened once for all the heads it serves; a head's
+// score is one FMA chain over head_dim / 16 vectors and a fixed reduction, its softmax a
+// vector exp, and its output stays in registers across the value rows. Every head's floats
+// come from its own chains only, so grouping heads differently never changes a result.
+#include "kernels/cpu/attention.h"
+
+#if defined(__AVX512F__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::cpu {
+
+namespace {
+
+// e^x for x <= 0 (scores minus their maximum): x = n ln2 + r, |r| <= ln2 / 2, a degree-6
+// polynomial for e^r (relative error ~2e-7), then scaling by 2^n; below -87 it underflows to 0.
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// In-place softmax of s[0, n).
+void softmax16(float* s, int64_t n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  int64_t t = 0;
+  for (; t + 16 <= n; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
+  const __mmask16 tail = (__mmask16)((1u << (n - t)) - 1);
+  if (t < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, s + t));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (t = 0; t + 16 <= n; t += 16) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));
+    _mm512_storeu_ps(s + t, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (t < n) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + t), m));
+    _mm512_mask_storeu_ps(s + t, tail, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), inv));
+  if (t < n) _mm512_mask_storeu_ps(s + t, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + t), inv));
+}
+
+template <bool F16>
+inline __m512 load16(const uint8_t* row, int v) {
+  if constexpr (F16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + v));
+  else return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * v);
+}
+
+// NV vectors per head, HC heads at once.
+template <bool F16, int NV, int HC>
+void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
+           float* scores, int64_t scores_stride, float* out) {
+  constexpr int D = 16 * NV;
+  for (int64_t t = 0; t < n_keys; t++) {
+    __m512 k[NV];
+    for (int v = 0; v < NV; v++) k[v] = load16<F16>(k_rows[t], v);
+    for (int h = 0; h < HC; h++) {
+      __m512 acc = _mm512_mul_ps(k[0], _mm512_loadu_ps(q + h * D));
+      for (int v = 1; v < NV; v++) acc = _mm512_fmadd_ps(k[v], _mm512_loadu_ps(q + h * D + 16 * v), acc);
+      scores[h * scores_stride + t] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+  for (int h = 0; h < HC; h++) softmax16(scores + h * scores_stride, n_keys);
+  __m512 o[HC][NV];
+  for (int h = 0; h < HC; h++)
+    for (int v = 0; v < NV; v++) o[h][v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n_keys; t++) {
+    __m512 x[NV];
+    for (int v = 0; v < NV; v++) x[v] = load16<F16>(v_rows[t], v);
+    for (int h = 0; h < HC; h++) {
+      const __m512 p = _mm512_set1_ps(scores[h * scores_stride + t]);
+      for (int v = 0; v < NV; v++) o[h][v] = _mm512_fmadd_ps(p, x[v], o[h][v]);
+    }
+  }
+  for (int h = 0; h < HC; h++)
+    for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + h * D + 16 * v, o[h][v]);
+}
+
+template <bool F16, int NV>
+void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
+             float scale, float* scores, int64_t scores_stride, float* out) {
+  constexpr int kMax = NV <= 4 ? 4 : 2;  // HC x NV accumulators plus NV row vectors fit in 32 registers
+  constexpr int D = 16 * NV;
+  for (int h0 = 0; h0 < n_heads; h0 += kMax) {
+    const float* qh = q + h0 * D;
+    float* sh = scores + h0 * scores_stride;
+    float* oh = out + h0 * D;
+    switch (std::min(kMax, n_heads - h0)) {
+      case 1: heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      case 2: heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      case 3: heads<F16, NV, (kMax >= 3 ? 3 : 1)>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      default: heads<F16, NV, kMax>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+    }
+  }
+}
+
+template <bool F16>
+void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+  switch (head_dim) {
+    case 64: return heads_n<F16, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    case 128: return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    default: return;
+  }
+}
+
+void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+  dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+}
+void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+  dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+}
+
+}  // namespace
+
+AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim) {
+  if (head_dim != 64 && head_dim != 128) return nullptr;
+  if (kv_type == DType::F16) return heads_f16;
+  if (kv_type == DType::F32) return heads_f32;
+  return nullptr;
+}
+
+}  // namespace tandem::cpu
+
+#else
+
+namespace tandem::cpu {
+AttendHeadsFn attend_heads_kernel_avx512(DType, int) { return nullptr; }
+}  // namespace tandem::cpu
+
+#endif
