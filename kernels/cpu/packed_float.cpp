@@ -19,9 +19,8 @@ std::shared_ptr<uint8_t[]> pack_float_rows(DType t, const uint8_t* data, int64_t
                                            size_t row_bytes) {
   const int64_t groups = (rows + kPackRows - 1) / kPackRows;
   const size_t gbytes = packed_float_group_bytes(t, cols), total = (size_t)groups * gbytes;
-  auto* mem = static_cast<uint8_t*>(::operator new[](total, std::align_val_t(64)));
-  std::shared_ptr<uint8_t[]> out(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
-  std::memset(mem, 0, total);
+  std::shared_ptr<uint8_t[]> out = allocate_packed(total);
+  uint8_t* mem = out.get();
   for (int64_t g = 0; g < groups; g++) {
     auto* group = reinterpret_cast<uint16_t*>(mem + g * gbytes);
     for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {

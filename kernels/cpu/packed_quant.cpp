@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "core/fp16.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -36,6 +38,17 @@ RawBlock raw_block(DType t, const uint8_t* row, int64_t b) {
 
 }  // namespace
 
+std::shared_ptr<uint8_t[]> allocate_packed(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  auto* mem = static_cast<uint8_t*>(::operator new[](rounded, std::align_val_t(kHuge)));
+#ifdef MADV_HUGEPAGE
+  madvise(mem, rounded, MADV_HUGEPAGE);  // a hint: without it the kernel keeps 4 KiB pages
+#endif
+  std::memset(mem, 0, rounded);
+  return std::shared_ptr<uint8_t[]>(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(kHuge)); });
+}
+
 bool can_pack(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
 
 size_t packed_group_bytes(DType t, int64_t cols) {
@@ -47,9 +60,8 @@ size_t packed_group_bytes(DType t, int64_t cols) {
 std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
   const int64_t nb = cols / kQK, groups = (rows + kPackRows - 1) / kPackRows;
   const size_t gbytes = packed_group_bytes(t, cols), total = (size_t)groups * gbytes;
-  auto* mem = static_cast<uint8_t*>(::operator new[](total, std::align_val_t(64)));
-  std::shared_ptr<uint8_t[]> out(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(64)); });
-  std::memset(mem, 0, total);
+  std::shared_ptr<uint8_t[]> out = allocate_packed(total);
+  uint8_t* mem = out.get();
   for (int64_t g = 0; g < groups; g++) {
     uint8_t* group = mem + g * gbytes;
     for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {

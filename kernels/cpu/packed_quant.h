@@ -44,6 +44,10 @@ constexpr size_t packed_d_at(DType t, int64_t b) {
 }
 constexpr size_t packed_m_at(DType t, int64_t b) { return packed_d_at(t, b) + 64; }
 
+// Zeroed memory for packed weights: 2 MiB aligned and marked for transparent huge pages, so
+// decode's stream through hundreds of MiB does not take a TLB miss every 4 KiB.
+std::shared_ptr<uint8_t[]> allocate_packed(size_t bytes);
+
 // Bytes of one packed group of 16 rows with `cols` elements; 0 if the type has no packing.
 size_t packed_group_bytes(DType type, int64_t cols);
 bool can_pack(DType type);
