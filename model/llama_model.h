@@ -119,6 +119,7 @@ class LlamaModel {
   std::vector<float> gate_;    // [n, n_ff]
   std::vector<float> up_;      // [n, n_ff]
   std::vector<float> logits_;  // [n_logit_rows, n_vocab]
+  std::vector<float> rope_cs_;  // [n, rope_dim] each position's RoPE cos, sin pairs
 };
 
 }  // namespace tandem

@@ -327,7 +327,9 @@ TEST(Kernels, RmsNormRopeSoftmaxSilu) {
   // RoPE by angle pi/2 turns (1, 0) into (0, 1); the pair with zero frequency is unchanged.
   std::vector<float> q{1, 0, 5, 6};
   const double inv_freq[2] = {M_PI / 2, 0.0};
-  rope(q.data(), 1, 4, 4, 1, inv_freq);
+  float cos_sin[4];
+  rope_angles(1, inv_freq, 4, cos_sin);
+  rope(q.data(), 1, 4, 4, cos_sin);
   EXPECT_NEAR(q[0], 0.0f, 1e-6f);
   EXPECT_NEAR(q[1], 1.0f, 1e-6f);
   EXPECT_FLOAT_EQ(q[2], 5.0f);
@@ -340,6 +342,23 @@ TEST(Kernels, RmsNormRopeSoftmaxSilu) {
   silu_mul(g.data(), u.data(), 2);
   EXPECT_FLOAT_EQ(g[0], 0.0f);
   EXPECT_NEAR(g[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
+}
+
+// The vector SiLU against the scalar one: over the range activations take (and far past it,
+// where exp would overflow if taken of +|g|), with lengths that leave every tail size.
+TEST(Kernels, SiluMulMatchesScalarAtEveryIsa) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f), usual(-8.0f, 8.0f);
+  for (Isa isa : supported_isas())
+    for (int64_t n : {1, 15, 16, 17, 100, 1536}) {
+      std::vector<float> g(n), u(n);
+      for (int64_t i = 0; i < n; i++) g[i] = i % 5 == 0 ? wide(rng) : usual(rng), u[i] = usual(rng);
+      std::vector<float> want = g, got = g;
+      silu_mul(want.data(), u.data(), n);
+      silu_mul_kernel(isa)(got.data(), u.data(), n);
+      for (int64_t i = 0; i < n; i++)
+        ASSERT_NEAR(got[i], want[i], 1e-6f * std::abs(want[i]) + 1e-30f) << isa_name(isa) << " g=" << g[i];
+    }
 }
 
 // Attention against a direct evaluation of softmax(q k^T / sqrt(d)) v with GQA, for head sizes

@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_dot.h"
@@ -58,8 +59,10 @@ struct CpuKernels {
   // false: every product in float (exact, for reference checks); true: Q4_0/Q4_1/Q8_0 weights
   // multiply 8-bit-quantized activations, as llama.cpp does (faster).
   bool quantized_activations = true;
+  SiluMulFn silu_mul = nullptr;
   static CpuKernels for_isa(Isa isa, bool quantized_activations = true) {
-    return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations};
+    return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations,
+            silu_mul_kernel(isa)};
   }
   QuantDotFn quant_dot(DType t) const { return quantized_activations ? quant_dot_kernel(t, isa) : nullptr; }
   QuantDot4Fn quant_dot4(DType t) const { return quantized_activations ? quant_dot4_kernel(t, isa) : nullptr; }

@@ -12,11 +12,17 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float e
   for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, const double* inv_freq) {
+void rope_angles(int64_t pos, const double* inv_freq, int rope_dim, float* cos_sin) {
   for (int i = 0; i < rope_dim / 2; i++) {
-    // The angle in double: pos * freq reaches thousands of radians at long contexts.
     const double theta = (double)pos * inv_freq[i];
-    const float c = (float)std::cos(theta), s = (float)std::sin(theta);
+    cos_sin[2 * i] = (float)std::cos(theta);
+    cos_sin[2 * i + 1] = (float)std::sin(theta);
+  }
+}
+
+void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin) {
+  for (int i = 0; i < rope_dim / 2; i++) {
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
     for (int h = 0; h < n_heads; h++) {
       float* v = x + h * head_dim + 2 * i;
       const float a = v[0], b = v[1];
@@ -31,6 +37,12 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+SiluMulFn silu_mul_kernel(Isa isa) {
+  if (isa == Isa::Avx512)
+    if (SiluMulFn f = silu_mul_kernel_avx512()) return f;
+  return silu_mul;
 }
 
 void softmax(float* x, int64_t n) {

@@ -3,17 +3,29 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace tandem::cpu {
 
 // out[n] = x / rms(x) * weight.
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
 
-// Rotates pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head by pos * inv_freq[i]
-// (GGUF Llama weights are stored for this adjacent-pair layout). inv_freq: [rope_dim / 2].
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, const double* inv_freq);
+// cos_sin[2i], cos_sin[2i + 1] = cos, sin of pos * inv_freq[i] for i < rope_dim / 2: one
+// position's RoPE rotation, computed once and shared by every layer and head. The angle is in
+// double: pos * freq reaches thousands of radians at long contexts.
+void rope_angles(int64_t pos, const double* inv_freq, int rope_dim, float* cos_sin);
+
+// Rotates pairs (x[2i], x[2i+1]) of the first rope_dim dims of each head by the angles of
+// rope_angles (GGUF Llama weights are stored for this adjacent-pair layout).
+void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin);
 
 // gate[i] = silu(gate[i]) * up[i].
 void silu_mul(float* gate, const float* up, int64_t n);
+using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
+// silu_mul at an ISA level: AVX-512 evaluates exp with a polynomial (relative error ~1e-7,
+// as llama.cpp's vector SiLU does); other levels use silu_mul.
+SiluMulFn silu_mul_kernel(Isa isa);
+SiluMulFn silu_mul_kernel_avx512();  // nullptr when not compiled in
 
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);

@@ -1,0 +1,49 @@
+// AVX-512 element-wise kernels (ops.h). Compiled with -mavx512f; chosen only when best_isa()
+// is Avx512.
+#include "kernels/cpu/ops.h"
+
+#if defined(__AVX512F__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/exp_avx512.h"
+
+namespace tandem::cpu {
+
+namespace {
+
+// silu(g) = g * sigmoid(g), with e = exp(-|g|) <= 1 so the exp never overflows:
+// sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) for g < 0.
+inline __m512 silu16(__m512 g) {
+  const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __m512 num = _mm512_mask_blend_ps(neg, one, e);
+  return _mm512_mul_ps(g, _mm512_div_ps(num, _mm512_add_ps(one, e)));
+}
+
+void silu_mul_avx512(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
+  if (i < n) {
+    const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(tail, gate + i), u = _mm512_maskz_loadu_ps(tail, up + i);
+    _mm512_mask_storeu_ps(gate + i, tail, _mm512_mul_ps(silu16(g), u));
+  }
+}
+
+}  // namespace
+
+SiluMulFn silu_mul_kernel_avx512() { return silu_mul_avx512; }
+
+}  // namespace tandem::cpu
+
+#else
+
+namespace tandem::cpu {
+SiluMulFn silu_mul_kernel_avx512() { return nullptr; }
+}  // namespace tandem::cpu
+
+#endif
