@@ -3,7 +3,8 @@
 #include <cstring>
 #include <new>
 
-#include "core/fp16.h"
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/isa.h"
 
 namespace tandem {
 
@@ -33,10 +34,9 @@ void KvCache::store(int layer, int64_t pos, const float* k_rows, const float* v_
   }
   auto* kd = static_cast<uint16_t*>(k(layer)) + offset;
   auto* vd = static_cast<uint16_t*>(v(layer)) + offset;
-  for (int64_t i = 0; i < count; i++) {
-    kd[i] = fp32_to_fp16(k_rows[i]);
-    vd[i] = fp32_to_fp16(v_rows[i]);
-  }
+  static const cpu::F32ToF16Fn to_f16 = cpu::f32_to_f16_kernel(cpu::best_isa());
+  to_f16(k_rows, kd, count);
+  to_f16(v_rows, vd, count);
 }
 
 }  // namespace tandem

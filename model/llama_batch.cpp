@@ -2,8 +2,8 @@
 // a block pool (the paged KV cache).
 #include <algorithm>
 
-#include "core/fp16.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dot.h"
 #include "kv/block_pool.h"
 #include "model/llama_model.h"
 
@@ -37,7 +37,9 @@ class PagedKv : public LayerKv {
       if (f16) {
         auto* k16 = reinterpret_cast<uint16_t*>(kd);
         auto* v16 = reinterpret_cast<uint16_t*>(vd);
-        for (int64_t j = 0; j < row; j++) k16[j] = fp32_to_fp16(ks[j]), v16[j] = fp32_to_fp16(vs[j]);
+        static const cpu::F32ToF16Fn to_f16 = cpu::f32_to_f16_kernel(cpu::best_isa());
+        to_f16(ks, k16, row);
+        to_f16(vs, v16, row);
       } else {
         std::copy(ks, ks + row, reinterpret_cast<float*>(kd));
         std::copy(vs, vs + row, reinterpret_cast<float*>(vd));

@@ -344,6 +344,30 @@ TEST(Kernels, RmsNormRopeSoftmaxSilu) {
   EXPECT_NEAR(g[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
 }
 
+// The F16C conversion that fills the f16 KV cache against the software rounding, bit for bit:
+// normal values, ties, subnormals, overflow, infinities, signed zeros, and every tail length.
+TEST(Kernels, F32ToF16MatchesSoftwareRoundingBitForBit) {
+  std::mt19937 rng(12);
+  std::vector<float> x;
+  for (int i = 0; i < 4000; i++) {
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) f = 1.0f;  // NaN payloads may differ; every other value may not
+    x.push_back(i % 3 == 0 ? f : std::ldexp((float)(int)(rng() % 4096) - 2048.0f, (int)(rng() % 40) - 34));
+  }
+  for (float f : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e9f, -1e9f, 1.0f + 1.0f / 2048, 5.96e-8f, 2.98e-8f, 1e-40f,
+                  INFINITY, -INFINITY})
+    x.push_back(f);
+  for (Isa isa : supported_isas())
+    for (size_t n : {x.size(), (size_t)7, (size_t)9}) {
+      std::vector<uint16_t> want(n), got(n);
+      f32_to_f16_scalar(x.data(), want.data(), (int64_t)n);
+      f32_to_f16_kernel(isa)(x.data(), got.data(), (int64_t)n);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " x=" << x[i];
+    }
+}
+
 // The vector SiLU against the scalar one: over the range activations take (and far past it,
 // where exp would overflow if taken of +|g|), with lengths that leave every tail size.
 TEST(Kernels, SiluMulMatchesScalarAtEveryIsa) {

@@ -22,6 +22,12 @@ RowDotFn row_dot_kernel(DType type, Isa isa);
 using F32DotFn = float (*)(const float* a, const float* b, int64_t n);
 F32DotFn f32_dot_kernel(Isa isa);
 
+// out[i] = x[i] rounded to fp16 (round to nearest even, as fp32_to_fp16): K and V rows into
+// an f16 cache. AVX2 levels use F16C's conversion, bit-identical for every non-NaN input.
+using F32ToF16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
+F32ToF16Fn f32_to_f16_kernel(Isa isa);
+void f32_to_f16_scalar(const float* x, uint16_t* out, int64_t n);
+
 // A register tile for prefill on decoded rows: out[t * 2 + r] = a_r . b_t for two rows
 // (a, a + a_stride) and four tokens (b + t * b_stride): each loaded row vector meets four
 // tokens and each token vector two rows, instead of one load per multiply-add.
@@ -36,6 +42,7 @@ float f32_dot_scalar(const float* a, const float* b, int64_t n);
 // AVX2 kernels (dot_avx2.cpp); only call when best_isa() is Avx2.
 RowDotFn row_dot_kernel_avx2(DType type);
 float f32_dot_avx2(const float* a, const float* b, int64_t n);
+void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n);
 void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
 // AVX-512 (dot_avx512.cpp); only call when best_isa() is Avx512.
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);

@@ -210,6 +210,14 @@ RowDotFn row_dot_kernel_avx2(DType type) {
 
 float f32_dot_avx2(const float* a, const float* b, int64_t n) { return dot_f32(a, b, n); }
 
+void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if (i < n) f32_to_f16_scalar(x + i, out + i, n - i);
+}
+
 void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   // 8 accumulators, 2 row vectors and 1 token vector: 11 of the 16 ymm registers.
   __m256 acc[2][4];
@@ -241,6 +249,7 @@ namespace tandem::cpu {
 RowDotFn row_dot_kernel_avx2(DType) { return nullptr; }
 AxpyFn axpy_kernel_avx2(DType) { return nullptr; }
 float f32_dot_avx2(const float* a, const float* b, int64_t n) { return f32_dot_scalar(a, b, n); }
+void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) { f32_to_f16_scalar(x, out, n); }
 void f32_tile_avx2(const float* a, int64_t as, const float* b, int64_t bs, int64_t n, float* out) {
   f32_tile_scalar(a, as, b, bs, n, out);
 }
