@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <omp.h>
 #include <vector>
 
 #include "kernels/cpu/dequantize.h"
@@ -21,6 +22,13 @@ constexpr int64_t kDecodeRowsMinTokens = 4;
 // Tokens per pass over a tile's rows: with 16 rows x 128 tokens the activations (up to 48
 // blocks per token) and each thread's share of a matrix both stay in L2.
 constexpr int64_t kPackedTokenChunk = 128;
+
+// Decode's schedule. Guided hands out shrinking runs, but its first run is half the tiles: on
+// a large matrix, a thread whose core streams slower then holds the other one waiting. From
+// this many tiles on, runs of 1/32 of a thread's share go out instead (with small matrices
+// such runs are a tile or two, and the threads' interleaved tiles stream worse than guided).
+constexpr int64_t kDynamicMinTiles = 256;
+constexpr int64_t kDynamicChunksPerThread = 32;
 
 // Rows [r0, r0 + nr) (whole 16-row groups) of packed w against tokens [t0, t1) of xq (quant
 // types) or X (float types): up to 8 tokens per kernel call.
@@ -101,6 +109,7 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
   std::vector<BlockQ8Act> xq(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
   if (any_q8 && n_tokens == 1) k.quantize_act(X, xq.data(), cols);   // too small to split
   const int64_t n_tiles = (int64_t)tiles.size();
+  const int64_t decode_chunk = std::max<int64_t>(1, n_tiles / (kDynamicChunksPerThread * omp_get_max_threads()));
 #pragma omp parallel
   {
     if (any_q8 && n_tokens > 1) {
@@ -124,8 +133,11 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
     // Decode: guided scheduling hands out shrinking runs of tiles, so a thread that the
     // machine slows (the two cores rarely stream at the same rate) takes fewer of them while
     // each run stays one sequential stream. The tile, not the thread, fixes every float.
-    if (n_tokens == 1) {
+    if (n_tokens == 1 && n_tiles < kDynamicMinTiles) {
 #pragma omp for schedule(guided)
+      for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq.data(), decoded.data(), k);
+    } else if (n_tokens == 1) {
+#pragma omp for schedule(dynamic, decode_chunk)
       for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq.data(), decoded.data(), k);
     } else {
 #pragma omp for schedule(static)
