@@ -2,6 +2,7 @@
 //   build/bench/tandem_kernels_bench [--benchmark_filter=dot4]
 // Bytes/s counts the weight bytes each kernel reads; items/s the multiply-adds.
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/packed_quant.h"
+#include "kernels/cpu/probe.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 
@@ -79,6 +81,37 @@ void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
   st.SetBytesProcessed(st.iterations() * (int64_t)rows.size());
 }
 
+// Decode's stream from memory: a 16-row-group matrix far larger than the caches (192k x 2048,
+// 216 MiB as Q4_0) against one token, threads taking static halves, next to the bandwidth probe
+// run over the same number of bytes: the kernel's share of what the machine can read.
+void BM_PackedStream(benchmark::State& st, DType t, Isa isa) {
+  const int threads = (int)st.range(0);
+  constexpr int64_t kRows = 8192 * 24;
+  std::mt19937 rng(5);
+  const auto row = random_row(t, kCols, rng);
+  std::vector<uint8_t> rows(row.size() * kRows);
+  for (int64_t r = 0; r < kRows; r++) std::copy(row.begin(), row.end(), rows.begin() + r * (int64_t)row.size());
+  const auto packed = pack_rows(t, rows.data(), kRows, kCols, row.size());
+  const size_t gb = packed_group_bytes(t, kCols);
+  std::vector<float> x(kCols, 0.3f);
+  std::vector<BlockQ8Act> xq(kCols / 32);
+  quantize_act_kernel(isa)(x.data(), xq.data(), kCols);
+  const PackedGemmFn f = packed_gemm_kernel(t, isa);
+  std::vector<float> out(kRows);
+  const int64_t groups = kRows / kPackRows;
+  for (auto _ : st) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+      for (int64_t g = groups * id / nt; g < groups * (id + 1) / nt; g++)
+        f(packed.get() + g * gb, kCols, xq.data(), kCols / 32, 1, out.data() + g * kPackRows, kRows, kPackRows);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(st.iterations() * (int64_t)rows.size());
+  st.counters["probe_GB/s"] = measure_read_bandwidth(threads, rows.size(), 3) / 1e9;
+}
+
 void BM_RowDot(benchmark::State& st, DType t, Isa isa) {
   std::mt19937 rng(3);
   const auto row = random_row(t, kCols, rng);
@@ -135,6 +168,9 @@ int register_all() {
         if (packed_gemm_kernel(t, isa)) {
           benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
           benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
+          if (t == DType::Q4_0)
+            benchmark::RegisterBenchmark(("packed_stream/" + name + at).c_str(), BM_PackedStream, t, isa)
+                ->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
         }
       }
     }

@@ -66,7 +66,7 @@ struct CpuKernels {
   // false: every product in float (exact, for reference checks); true: Q4_0/Q4_1/Q8_0 weights
   // multiply 8-bit-quantized activations, as llama.cpp does (faster).
   bool quantized_activations = true;
-  SiluMulFn silu_mul = nullptr;
+  SiluMulFn silu_mul = cpu::silu_mul;
   static CpuKernels for_isa(Isa isa, bool quantized_activations = true) {
     return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations,
             silu_mul_kernel(isa)};
