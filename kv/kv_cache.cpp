@@ -4,7 +4,6 @@
 #include <new>
 
 #include "kernels/cpu/dot.h"
-#include "kernels/cpu/isa.h"
 
 namespace tandem {
 
@@ -34,9 +33,8 @@ void KvCache::store(int layer, int64_t pos, const float* k_rows, const float* v_
   }
   auto* kd = static_cast<uint16_t*>(k(layer)) + offset;
   auto* vd = static_cast<uint16_t*>(v(layer)) + offset;
-  static const cpu::F32ToF16Fn to_f16 = cpu::f32_to_f16_kernel(cpu::best_isa());
-  to_f16(k_rows, kd, count);
-  to_f16(v_rows, vd, count);
+  cpu::f32_to_f16(k_rows, kd, count);
+  cpu::f32_to_f16(v_rows, vd, count);
 }
 
 }  // namespace tandem

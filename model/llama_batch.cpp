@@ -37,9 +37,8 @@ class PagedKv : public LayerKv {
       if (f16) {
         auto* k16 = reinterpret_cast<uint16_t*>(kd);
         auto* v16 = reinterpret_cast<uint16_t*>(vd);
-        static const cpu::F32ToF16Fn to_f16 = cpu::f32_to_f16_kernel(cpu::best_isa());
-        to_f16(ks, k16, row);
-        to_f16(vs, v16, row);
+        cpu::f32_to_f16(ks, k16, row);
+        cpu::f32_to_f16(vs, v16, row);
       } else {
         std::copy(ks, ks + row, reinterpret_cast<float*>(kd));
         std::copy(vs, vs + row, reinterpret_cast<float*>(vd));

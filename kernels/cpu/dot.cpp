@@ -59,6 +59,11 @@ void f32_to_f16_scalar(const float* x, uint16_t* out, int64_t n) {
 
 F32ToF16Fn f32_to_f16_kernel(Isa isa) { return has_avx2(isa) ? f32_to_f16_avx2 : f32_to_f16_scalar; }
 
+void f32_to_f16(const float* x, uint16_t* out, int64_t n) {
+  static const F32ToF16Fn best = f32_to_f16_kernel(best_isa());
+  best(x, out, n);
+}
+
 void f32_tile_scalar(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   for (int t = 0; t < 4; t++)
     for (int r = 0; r < 2; r++) out[t * 2 + r] = f32_dot_scalar(a + r * a_stride, b + t * b_stride, n);

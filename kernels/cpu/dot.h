@@ -27,6 +27,8 @@ F32DotFn f32_dot_kernel(Isa isa);
 using F32ToF16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
 F32ToF16Fn f32_to_f16_kernel(Isa isa);
 void f32_to_f16_scalar(const float* x, uint16_t* out, int64_t n);
+// The same at the best level this CPU has (chosen once): what the KV cache stores use.
+void f32_to_f16(const float* x, uint16_t* out, int64_t n);
 
 // A register tile for prefill on decoded rows: out[t * 2 + r] = a_r . b_t for two rows
 // (a, a + a_stride) and four tokens (b + t * b_stride): each loaded row vector meets four
