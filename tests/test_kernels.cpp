@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
@@ -90,6 +92,7 @@ TEST(Kernels, ActivationQuantizationSameOnEveryIsa) {
       EXPECT_EQ(got[b].d, ref[b].d) << isa_name(isa);
       EXPECT_EQ(got[b].s, ref[b].s) << isa_name(isa);
       EXPECT_EQ(got[b].sum, ref[b].sum) << isa_name(isa);
+      EXPECT_EQ(got[b].sum_lo, ref[b].sum_lo) << isa_name(isa);
       for (int j = 0; j < 32; j++) ASSERT_EQ(got[b].qs[j], ref[b].qs[j]) << isa_name(isa) << " block " << b << " " << j;
     }
   }
@@ -210,16 +213,18 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
   }
 }
 
-// Random GGUF-layout rows of a legacy quant type: fp16 scales near 0.01, random quant bytes.
+// Random GGUF-layout rows of a legacy quant type or Q6_K: fp16 scales near 0.01, random
+// quant bytes (and random int8 sub-block scales).
 std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   const size_t rb = tandem::row_bytes(*dtype_info((uint32_t)t), cols);
   std::vector<uint8_t> raw(rows * rb);
   for (auto& b : raw) b = (uint8_t)rng();
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  const size_t block = rb / (cols / 32);
+  const size_t block = rb / (cols / (t == DType::Q6_K ? 256 : 32));
+  const size_t d_at = t == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
   for (size_t off = 0; off < raw.size(); off += block) {
     const uint16_t d = fp32_to_fp16(scale(rng)), m = fp32_to_fp16(scale(rng));
-    std::memcpy(&raw[off], &d, 2);
+    std::memcpy(&raw[off + d_at], &d, 2);
     if (t == DType::Q4_1) std::memcpy(&raw[off + 2], &m, 2);
   }
   return raw;
@@ -228,16 +233,17 @@ std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std:
 TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const int64_t rows = 20, cols = 96, nb = cols / 32;  // a partial second group, odd blocks
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
+    // A partial second group and an odd count of blocks (Q6_K: of super-blocks).
+    const int64_t step = t == DType::Q6_K ? 256 : 32, rows = 20, cols = 3 * step, nb = cols / 32;
     const auto raw = random_quant_rows(t, rows, cols, rng);
     const size_t rb = raw.size() / rows;
     const auto packed = pack_rows(t, raw.data(), rows, cols, rb);
     const size_t gbytes = packed_group_bytes(t, cols);
-    // With an odd block count the last unit's second half is padding that no kernel reads; with
-    // an even one a group is exactly its 16 rows' bytes, so decode reads nothing extra.
-    ASSERT_EQ(gbytes, (rb + rb / nb) * kPackRows);
-    ASSERT_EQ(packed_group_bytes(t, cols + 32), (rb + rb / nb) * kPackRows) << "packing must not add bytes for decode to read";
+    // With an odd count the last unit's second half is padding that no kernel reads; with an
+    // even one a group is exactly its 16 rows' bytes, so decode reads nothing extra.
+    ASSERT_EQ(gbytes, (rb + rb / 3) * kPackRows);
+    ASSERT_EQ(packed_group_bytes(t, cols + step), (rb + rb / 3) * kPackRows) << "packing must not add bytes for decode to read";
     std::vector<float> x(kPackMaxTokens * cols);
     for (auto& e : x) e = nd(rng);
     std::vector<BlockQ8Act> xq(kPackMaxTokens * nb);

@@ -36,6 +36,28 @@ RawBlock raw_block(DType t, const uint8_t* row, int64_t b) {
   }
 }
 
+// Row r of a group (zeroed) from its GGUF Q6_K row, in the layout of packed_quant.h.
+void pack_q6_k_row(const uint8_t* row, int64_t cols, int r, uint8_t* group) {
+  const auto* sbs = reinterpret_cast<const BlockQ6_K*>(row);
+  for (int64_t sb = 0; sb < cols / kQK_K; sb++) {
+    const BlockQ6_K& w = sbs[sb];
+    std::memcpy(group + q6k_d_at(sb) + 2 * r, &w.d, 2);
+    for (int e = 0; e < kQK_K; e++) {
+      const int h = e / 128, k = e % 128 / 32, m = e % 32;  // GGUF: ql nibble k / 2, qh bits 2k
+      const int lo = (w.ql[64 * h + (k & 1) * 32 + m] >> (k < 2 ? 0 : 4)) & 0xF;
+      const int hi = (w.qh[32 * h + m] >> (2 * k)) & 3;
+      const int64_t b = sb * 8 + e / 32;
+      const int half = e % 32 / 16, c = e % 16 / 4, byte = 4 * r + e % 4;
+      uint8_t* bits = group + q6k_bits_at(b);
+      bits[64 * c + byte] |= (uint8_t)(lo << (4 * half));
+      bits[256 + 64 * half + byte] |= (uint8_t)(hi << (2 * c));
+    }
+    for (int j = 0; j < 8; j++)
+      for (int half = 0; half < 2; half++)
+        group[q6k_scales_at(sb * 8 + j) + 16 * half + r] = (uint8_t)w.scales[2 * j + half];
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<uint8_t[]> allocate_packed(size_t bytes) {
@@ -49,10 +71,11 @@ std::shared_ptr<uint8_t[]> allocate_packed(size_t bytes) {
   return std::shared_ptr<uint8_t[]>(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(kHuge)); });
 }
 
-bool can_pack(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool can_pack(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q6_K; }
 
 size_t packed_group_bytes(DType t, int64_t cols) {
   if (!can_pack(t)) return 0;
+  if (t == DType::Q6_K) return (size_t)(cols / kQK_K + 1) / 2 * kQ6KUnitBytes;
   const int64_t nb = cols / kQK;
   return (size_t)(nb + 1) / 2 * packed_unit_bytes(t);  // whole units: every group starts on a cache line
 }
@@ -62,10 +85,15 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
   const size_t gbytes = packed_group_bytes(t, cols), total = (size_t)groups * gbytes;
   std::shared_ptr<uint8_t[]> out = allocate_packed(total);
   uint8_t* mem = out.get();
+#pragma omp parallel for schedule(static)  // a 1B model's Q6_K output alone is 8016 groups
   for (int64_t g = 0; g < groups; g++) {
     uint8_t* group = mem + g * gbytes;
     for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
       const uint8_t* row = data + (size_t)(g * kPackRows + r) * row_bytes;
+      if (t == DType::Q6_K) {
+        pack_q6_k_row(row, cols, r, group);
+        continue;
+      }
       for (int64_t b = 0; b < nb; b++) {
         const RawBlock w = raw_block(t, row, b);
         uint8_t* quads = group + packed_quads_at(t, b);
@@ -85,8 +113,36 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
 
 // Per (row, token): p = -shift x sum(x) + sum over the block of u8 weight x s8 activation
 // (exact), then acc = fma(float(p), d_w * d_x, acc), then for Q4_1 acc = fma(m_w, s_x, acc).
+// Q6_K per (row, token) and block: p_h = -32 x sum(x half h) + sum over half h of u x x
+// (exact), p = p_0 x scale_0 + p_1 x scale_1, then acc = fma(float(p), d_w * d_x, acc).
+static void packed_gemm_q6_k_scalar(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,
+                                    int n_tokens, float* out, int64_t out_stride, int valid_rows) {
+  for (int tok = 0; tok < n_tokens; tok++)
+    for (int r = 0; r < valid_rows; r++) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < cols / kQK; b++) {
+        const BlockQ8Act& xb = x[tok * x_stride + b];
+        const uint8_t* bits = group + q6k_bits_at(b);
+        const auto* sc = reinterpret_cast<const int8_t*>(group + q6k_scales_at(b));
+        const auto* d = reinterpret_cast<const uint16_t*>(group + q6k_d_at(b / 8));
+        int32_t p[2] = {-32 * xb.sum_lo, -32 * (xb.sum - xb.sum_lo)};
+        for (int s = 0; s < 8; s++)
+          for (int k = 0; k < 4; k++) {
+            const int byte = 4 * r + k;
+            const int lo = s < 4 ? bits[64 * s + byte] & 0xF : bits[64 * (s - 4) + byte] >> 4;
+            const int hi = (bits[256 + 64 * (s / 4) + byte] >> (2 * (s % 4))) & 3;
+            p[s / 4] += (lo | hi << 4) * xb.qs[4 * s + k];
+          }
+        const int32_t sum = p[0] * sc[r] + p[1] * sc[16 + r];
+        acc = std::fma((float)sum, fp16_to_fp32(d[r]) * xb.d, acc);
+      }
+      out[tok * out_stride + r] = acc;
+    }
+}
+
 void packed_gemm_scalar(DType t, const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,
                         int n_tokens, float* out, int64_t out_stride, int valid_rows) {
+  if (t == DType::Q6_K) return packed_gemm_q6_k_scalar(group, cols, x, x_stride, n_tokens, out, out_stride, valid_rows);
   const int64_t nb = cols / kQK;
   const int shift = t == DType::Q4_0 ? 8 : t == DType::Q8_0 ? 128 : 0;
   for (int tok = 0; tok < n_tokens; tok++)

@@ -18,6 +18,18 @@
 // Units are whole cache lines; with an odd block count the last unit's second half is zero
 // padding (never read). The group is the size of the 16 rows it came from, so decode reads
 // no extra bytes.
+//
+// Q6_K (Llama-3's tied output matrix: a third of a 1B model's bytes) goes by super-blocks of
+// 256 (8 blocks of 32), in units of two super-blocks (6720 bytes, 105 lines):
+//   bits(sb0) bits(sb1) scales(sb0) scales(sb1) d(sb0) d(sb1)
+//   bits    per block, 6 vectors: 4 of nibbles as in Q4 (vector c: low nibbles are elements
+//           4c..4c+3, high nibbles 16 + 4c..), then 2 of high parts: in vector e, bits
+//           2f..2f+1 of byte k of lane r are the top 2 bits of element 16e + 4f + k. Stored
+//           values are u = q + 32 (0..63).
+//   scales  per block, 32 bytes: the int8 scale of each row's first 16 elements (row order),
+//           then of its second 16
+//   d       16 fp16 super-block scales
+// The kernel undoes the + 32 per half of 16 with BlockQ8Act::sum_lo.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +55,23 @@ constexpr size_t packed_d_at(DType t, int64_t b) {
   return (size_t)(b / 2) * packed_unit_bytes(t) + 2 * packed_quad_bytes(t) + (size_t)(b % 2) * 32;
 }
 constexpr size_t packed_m_at(DType t, int64_t b) { return packed_d_at(t, b) + 64; }
+
+constexpr int kQ6KBlockBits = 6 * 64;  // bytes of one block's bit vectors
+constexpr int kQ6KSuperBits = 8 * kQ6KBlockBits;
+constexpr int kQ6KUnitBytes = 2 * (kQ6KSuperBits + 8 * 32 + 32);
+static_assert(kQ6KUnitBytes == 2 * kPackRows * 210 && kQ6KUnitBytes % 64 == 0);
+// Byte offsets of block b's bit vectors and scales, and of super-block sb's d, in a group.
+constexpr size_t q6k_bits_at(int64_t b) {
+  const int64_t sb = b / 8;
+  return (size_t)(sb / 2) * kQ6KUnitBytes + (size_t)(sb % 2) * kQ6KSuperBits + (size_t)(b % 8) * kQ6KBlockBits;
+}
+constexpr size_t q6k_scales_at(int64_t b) {
+  const int64_t sb = b / 8;
+  return (size_t)(sb / 2) * kQ6KUnitBytes + 2 * kQ6KSuperBits + (size_t)(sb % 2) * 256 + (size_t)(b % 8) * 32;
+}
+constexpr size_t q6k_d_at(int64_t sb) {
+  return (size_t)(sb / 2) * kQ6KUnitBytes + 2 * kQ6KSuperBits + 512 + (size_t)(sb % 2) * 32;
+}
 
 // Zeroed memory for packed weights: 2 MiB aligned and marked for transparent huge pages, so
 // decode's stream through hundreds of MiB does not take a TLB miss every 4 KiB.

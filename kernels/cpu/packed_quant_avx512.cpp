@@ -73,6 +73,57 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
   for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
+// Q6_K (layout in packed_quant.h): per block, 4 nibble loads and 2 high-part loads rebuild
+// the 8 weight vectors. Masking a high-part vector with 0x33 and 0xCC leaves fields 0, 2 and
+// 1, 3 with zeros around them, so one 16-bit shift moves each field to bits 4-5 without
+// dragging a neighbour into bits 6-7, and one ternary-logic op merges it under the nibble.
+// Each half of 16 sums on its own (VPDPBUSD from -32 x its activation sum) and takes its
+// row's int8 scale as an exact integer multiply.
+template <int NT>
+void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+               int64_t out_stride, int valid_rows) {
+  constexpr int kBlockBytes = kQ6KUnitBytes / 16;  // the group's bytes per block, on average
+  const int64_t nb = cols / kQK;
+  const __m512i low = _mm512_set1_epi8(0x0F), even = _mm512_set1_epi8(0x33), odd = _mm512_set1_epi8((char)0xCC);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+  __m512 dw = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    if constexpr (NT == 1)  // decode: 4 KiB ahead of this block's share of the group
+      for (int line = 0; line < kBlockBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(group) + b * kBlockBytes + kDecodePrefetch + line, _MM_HINT_T0);
+    if (b % 8 == 0)
+      dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + q6k_d_at(b / 8))));
+    const uint8_t* bits = group + q6k_bits_at(b);
+    __m512i w[8];
+    for (int e = 0; e < 2; e++) {
+      const __m512i h = _mm512_load_si512(bits + 256 + 64 * e);
+      const __m512i he = _mm512_and_si512(h, even), ho = _mm512_and_si512(h, odd);
+      const __m512i hs[4] = {_mm512_slli_epi16(he, 4), _mm512_slli_epi16(ho, 2), he, _mm512_srli_epi16(ho, 2)};
+      for (int c = 0; c < 4; c++) {
+        __m512i nib = _mm512_load_si512(bits + 64 * c);
+        if (e == 1) nib = _mm512_srli_epi16(nib, 4);
+        w[4 * e + c] = _mm512_ternarylogic_epi32(nib, hs[c], low, 0xE4);  // low ? nib : hs
+      }
+    }
+    const int8_t* sc = reinterpret_cast<const int8_t*>(group + q6k_scales_at(b));
+    const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)));
+    for (int t = 0; t < NT; t++) {
+      const BlockQ8Act& xb = x[t * x_stride + b];
+      __m512i p0 = _mm512_set1_epi32(-32 * xb.sum_lo), p1 = _mm512_set1_epi32(-32 * (xb.sum - xb.sum_lo));
+      for (int s = 0; s < 4; s++) {
+        p0 = _mm512_dpbusd_epi32(p0, w[s], quad(xb.qs + 4 * s));
+        p1 = _mm512_dpbusd_epi32(p1, w[s + 4], quad(xb.qs + 16 + 4 * s));
+      }
+      const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(p0, sc0), _mm512_mullo_epi32(p1, sc1));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
+    }
+  }
+  const __mmask16 mask = valid_rows >= kPackRows ? (__mmask16)0xFFFF : (__mmask16)((1u << valid_rows) - 1);
+  for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
+}
+
 template <DType T>
 void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
@@ -88,6 +139,20 @@ void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_s
   }
 }
 
+void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
+                 int64_t out_stride, int valid_rows) {
+  switch (n_tokens) {
+    case 1: return gemm_q6_k<1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2: return gemm_q6_k<2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3: return gemm_q6_k<3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4: return gemm_q6_k<4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5: return gemm_q6_k<5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6: return gemm_q6_k<6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7: return gemm_q6_k<7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default: return gemm_q6_k<8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  }
+}
+
 }  // namespace
 
 PackedGemmFn packed_gemm_kernel_avx512(DType t) {
@@ -95,6 +160,7 @@ PackedGemmFn packed_gemm_kernel_avx512(DType t) {
     case DType::Q4_0: return gemm_n<DType::Q4_0>;
     case DType::Q4_1: return gemm_n<DType::Q4_1>;
     case DType::Q8_0: return gemm_n<DType::Q8_0>;
+    case DType::Q6_K: return gemm_q6_k_n;
     default: return nullptr;
   }
 }

@@ -23,6 +23,8 @@ void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n) {
     out[b].d = fp16_to_fp32(fp32_to_fp16(d));
     out[b].s = fp16_to_fp32(fp32_to_fp16(d * (float)sum));
     out[b].sum = sum;
+    out[b].sum_lo = 0;
+    for (int j = 0; j < 16; j++) out[b].sum_lo += out[b].qs[j];
   }
 }
 

@@ -16,6 +16,7 @@ struct BlockQ8Act {
   float d;          // scale, fp16-rounded
   float s;          // d * sum(qs), fp16-rounded (the Q4_1 offset term needs it)
   int32_t sum;      // sum(qs), exact (the packed kernels' shift correction needs it)
+  int32_t sum_lo;   // sum(qs[0..15]), exact (packed Q6_K's halves of 16 each need their own)
   int8_t qs[32];
 };
 

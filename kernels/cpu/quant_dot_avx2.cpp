@@ -15,6 +15,12 @@ namespace {
 
 using avx2::half;
 using avx2::hsum;
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+  return _mm_cvtsi128_si32(s4);
+}
 inline float round_half(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 
 // 32 nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high nibbles above.
@@ -135,10 +141,9 @@ void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
     const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     __m256i q[4];
     for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));  // round half to even
-    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    const __m256i lo = _mm256_add_epi32(q[0], q[1]);
+    out[b].sum_lo = hsum_epi32(lo);
+    out[b].sum = out[b].sum_lo + hsum_epi32(_mm256_add_epi32(q[2], q[3]));
     // Pack 32 int32 to 32 int8 in order: packs work per 128-bit lane, so fix the order after.
     const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
     const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
@@ -146,7 +151,6 @@ void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), p);
     out[b].d = round_half(d);
-    out[b].sum = _mm_cvtsi128_si32(s4);
     out[b].s = round_half(d * (float)out[b].sum);
   }
 }
