@@ -24,8 +24,9 @@ std::vector<uint8_t> random_row(DType t, int64_t cols, std::mt19937& rng) {
   const auto info = *dtype_info((uint32_t)t);
   std::vector<uint8_t> row(cols / info.block_elems * info.block_bytes);
   for (auto& b : row) b = (uint8_t)rng();
-  // Keep fp16 scales small and finite: the first two bytes of each block are a scale.
-  for (size_t at = 0; at + 1 < row.size(); at += info.block_bytes) row[at] = 0x00, row[at + 1] = 0x20;
+  // Keep fp16 scales small and finite: a block's scale is its first two bytes (Q6_K: last two).
+  const size_t d_at = t == DType::Q6_K ? info.block_bytes - 2 : 0;
+  for (size_t at = d_at; at + 1 < row.size(); at += info.block_bytes) row[at] = 0x00, row[at + 1] = 0x20;
   return row;
 }
 
@@ -82,7 +83,7 @@ void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
 }
 
 // Decode's stream from memory: a 16-row-group matrix far larger than the caches (192k x 2048,
-// 216 MiB as Q4_0) against one token, threads taking static halves, next to the bandwidth probe
+// 216 MiB as Q4_0, 315 MiB as Q6_K) against one token, threads taking static halves, next to the bandwidth probe
 // run over the same number of bytes: the kernel's share of what the machine can read.
 void BM_PackedStream(benchmark::State& st, DType t, Isa isa) {
   const int threads = (int)st.range(0);
@@ -163,15 +164,13 @@ int register_all() {
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
       const std::string name(dtype_name(t));
       benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
-      if (t != DType::Q6_K) {
-        benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
-        if (packed_gemm_kernel(t, isa)) {
-          benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
-          benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
-          if (t == DType::Q4_0)
-            benchmark::RegisterBenchmark(("packed_stream/" + name + at).c_str(), BM_PackedStream, t, isa)
-                ->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
-        }
+      if (t != DType::Q6_K) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
+      if (packed_gemm_kernel(t, isa)) {
+        benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
+        benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
+        if (t == DType::Q4_0 || t == DType::Q6_K)
+          benchmark::RegisterBenchmark(("packed_stream/" + name + at).c_str(), BM_PackedStream, t, isa)
+              ->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
       }
     }
     for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})

@@ -51,19 +51,58 @@ inline __m512 load16(const uint8_t* row, int v) {
   else return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * v);
 }
 
+// Each head's 16 lane sums of key t's dot product (keys past the end give zeros).
+template <bool F16, int NV, int HC>
+inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m512 acc[HC]) {
+  if (t >= n_keys) {
+    for (int h = 0; h < HC; h++) acc[h] = _mm512_setzero_ps();
+    return;
+  }
+  __m512 k[NV];
+  for (int v = 0; v < NV; v++) k[v] = load16<F16>(k_rows[t], v);
+  for (int h = 0; h < HC; h++) {
+    acc[h] = _mm512_mul_ps(k[0], _mm512_loadu_ps(q + h * 16 * NV));
+    for (int v = 1; v < NV; v++) acc[h] = _mm512_fmadd_ps(k[v], _mm512_loadu_ps(q + h * 16 * NV + 16 * v), acc[h]);
+  }
+}
+
+// The horizontal sums of 16 keys' lane vectors, folded together four levels deep: each fold
+// halves every key's lanes and doubles the keys a vector holds, so 16 keys cost 15 adds and
+// 30 shuffles instead of 16 full reductions. A key's sum tree is the same in every slot (the
+// folds only ever add a key's lanes to its own), so scores never depend on how keys group.
+// After fold 1, 128-bit chunks (lo, hi) of keys a, b; after fold 2, chunk j is key j of 4;
+// after fold 3, chunk k holds keys k and 4 + k; after fold 4, lane 4k + m holds key 4m + k.
+inline __m512 fold1(__m512 a, __m512 b) { return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE)); }
+inline __m512 fold2(__m512 c, __m512 d) { return _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x88), _mm512_shuffle_f32x4(c, d, 0xDD)); }
+inline __m512 fold3(__m512 e, __m512 f) { return _mm512_add_ps(_mm512_shuffle_ps(e, f, 0x44), _mm512_shuffle_ps(e, f, 0xEE)); }
+inline __m512 fold4(__m512 g, __m512 h) { return _mm512_add_ps(_mm512_shuffle_ps(g, h, 0x88), _mm512_shuffle_ps(g, h, 0xDD)); }
+
 // NV vectors per head, HC heads at once.
 template <bool F16, int NV, int HC>
 void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
            float* scores, int64_t scores_stride, float* out) {
   constexpr int D = 16 * NV;
-  for (int64_t t = 0; t < n_keys; t++) {
-    __m512 k[NV];
-    for (int v = 0; v < NV; v++) k[v] = load16<F16>(k_rows[t], v);
-    for (int h = 0; h < HC; h++) {
-      __m512 acc = _mm512_mul_ps(k[0], _mm512_loadu_ps(q + h * D));
-      for (int v = 1; v < NV; v++) acc = _mm512_fmadd_ps(k[v], _mm512_loadu_ps(q + h * D + 16 * v), acc);
-      scores[h * scores_stride + t] = _mm512_reduce_add_ps(acc) * scale;
+  const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int64_t t0 = 0; t0 < n_keys; t0 += 16) {
+    __m512 s8[HC], s4[HC], s2[HC], a[HC], b[HC];
+    for (int i8 = 0; i8 < 16; i8 += 8) {
+      for (int i4 = i8; i4 < i8 + 8; i4 += 4) {
+        for (int i2 = i4; i2 < i4 + 4; i2 += 2) {
+          lane_dots<F16, NV, HC>(q, k_rows, t0 + i2, n_keys, a);
+          lane_dots<F16, NV, HC>(q, k_rows, t0 + i2 + 1, n_keys, b);
+          for (int h = 0; h < HC; h++) {
+            const __m512 ab = fold1(a[h], b[h]);
+            s2[h] = i2 == i4 ? ab : fold2(s2[h], ab);
+          }
+        }
+        for (int h = 0; h < HC; h++) s4[h] = i4 == i8 ? s2[h] : fold3(s4[h], s2[h]);
+      }
+      for (int h = 0; h < HC; h++) s8[h] = i8 == 0 ? s4[h] : fold4(s8[h], s4[h]);
     }
+    const __mmask16 valid = n_keys - t0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n_keys - t0)) - 1);
+    for (int h = 0; h < HC; h++)
+      _mm512_mask_storeu_ps(scores + h * scores_stride + t0, valid,
+                            _mm512_mul_ps(_mm512_permutexvar_ps(key_order, s8[h]), _mm512_set1_ps(scale)));
   }
   for (int h = 0; h < HC; h++) softmax16(scores + h * scores_stride, n_keys);
   __m512 o[HC][NV];
