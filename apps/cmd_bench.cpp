@@ -68,10 +68,11 @@ Command add_bench_command(CLI::App& app) {
       std::string name;
       std::vector<double> tok_s;
       PhaseMeasure best;  // the mean run's cost and time
+      cpu::MachinePeaks peaks;  // the roofs its % columns compare with
     };
     std::vector<Test> tests;
     if (a->p > 0) {
-      Test t{fmt::format("pp{}", a->p), {}, {}};
+      Test t{fmt::format("pp{}", a->p), {}, {}, peaks};
       double total = 0;
       for (int r = 0; r < a->reps; r++) {
         auto s = time_prefill(model, a->p, kv);
@@ -83,14 +84,21 @@ Command add_bench_command(CLI::App& app) {
       tests.push_back(t);
     }
     if (a->n > 0) {
-      Test t{fmt::format("tg{}", a->n), {}, {}};
+      Test t{fmt::format("tg{}", a->n), {}, {}, peaks};
+      // Decode's roof is probed beside its runs (before each, after the last): the host's
+      // bandwidth drifts too much between minutes for the probe at start to stand for them.
+      cpu::ReadProbe probe(omp_threads(), peaks.probe_bytes);
+      std::vector<double> read_rates;
       double total = 0;
       for (int r = 0; r < a->reps; r++) {
+        read_rates.push_back(probe.pass());
         auto s = time_decode(model, a->n, kv);
         if (!s.ok()) return fail(s.error().message);
         t.tok_s.push_back(a->n / s.value());
         total += s.value();
       }
+      read_rates.push_back(probe.pass());
+      t.peaks.read_bytes_per_s = cpu::median_rate(read_rates);
       t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, 0)};
       tests.push_back(t);
     }
@@ -107,7 +115,8 @@ Command add_bench_command(CLI::App& app) {
                                   {"repetitions", a->reps}};
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
-        nlohmann::ordered_json e = phase_json(t.best, peaks);
+        nlohmann::ordered_json e = phase_json(t.best, t.peaks);
+        e["probe_read_gb_s"] = t.peaks.read_bytes_per_s / 1e9;
         e["tok_s"] = s.mean;
         e["tok_s_stddev"] = s.sd;
         j[t.name] = e;
@@ -122,10 +131,13 @@ Command add_bench_command(CLI::App& app) {
         fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {:.1f}% |\n", name,
                    format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(model.kernels().isa), a->load.activations,
                    omp_threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
-                   100 * t.best.flops_per_s() / peaks.flops_per_s, 100 * t.best.bytes_per_s() / peaks.read_bytes_per_s);
+                   100 * t.best.flops_per_s() / t.peaks.flops_per_s, 100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);
       }
       fmt::print("\nmachine: {:.1f} GFLOP/s f32 FMA peak, {:.1f} GB/s read bandwidth ({} threads); ridge {:.1f} FLOP/byte\n",
                  peaks.flops_per_s / 1e9, peaks.read_bytes_per_s / 1e9, peaks.threads, peaks.ridge());
+      if (a->n > 0)
+        fmt::print("decode's % BW is of {:.1f} GB/s, the median of the probes run between its repetitions\n",
+                   tests.back().peaks.read_bytes_per_s / 1e9);
     }
     if (!a->sweep.empty()) {
       PhaseMeasure pp = tests.size() > 0 && a->p > 0 ? tests[0].best : PhaseMeasure{};

@@ -122,6 +122,20 @@ TEST(Probes, ReturnPlausiblePeaks) {
   const double bw = cpu::measure_read_bandwidth(1, size_t(16) << 20, 2);
   EXPECT_GT(bw, 1e8);
   EXPECT_LT(bw, 1e13);
+  // A kept probe reads its whole buffer on every pass (what bench runs between decode reps).
+  cpu::ReadProbe probe(2, size_t(8) << 20);
+  EXPECT_EQ(probe.bytes(), size_t(8) << 20);
+  for (int pass = 0; pass < 2; pass++) {
+    const double r = probe.pass();
+    EXPECT_GT(r, 1e8);
+    EXPECT_LT(r, 1e13);
+  }
+}
+
+TEST(Probes, MedianRateSkipsFailedPasses) {
+  EXPECT_EQ(cpu::median_rate({3e9, 0.0, 1e9, 2e9}), 2e9);  // a pass too short to time reads 0
+  EXPECT_EQ(cpu::median_rate({5e9, 4e9}), 5e9);            // even counts take the upper middle
+  EXPECT_EQ(cpu::median_rate({}), 0.0);
 }
 
 TEST(BenchRuns, FittedExponent) {

@@ -37,35 +37,43 @@ float read_pass_scalar(const float* p, size_t n) {
 
 }  // namespace detail
 
-double measure_read_bandwidth(int threads, size_t bytes, int passes) {
-  passes = std::max(1, passes);
-  const size_t n = bytes / sizeof(float);
-  std::unique_ptr<float[]> buf(new float[n]);
-  threads = std::max(1, threads);
-  const bool avx2 = has_avx2(best_isa());
+ReadProbe::ReadProbe(int threads, size_t bytes)
+    : threads_(std::max(1, threads)), n_(bytes / sizeof(float)), buf_(new float[n_]) {
   // Each thread touches its own part first, so pages sit near the thread that reads them.
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < (int64_t)n; i++) buf[i] = (float)(i & 7);
-  std::vector<double> rates;
-  volatile float sink = 0;
-  for (int pass = 0; pass < passes; pass++) {
-    std::vector<float> part(threads, 0.0f);
-    Timer t;
-#pragma omp parallel num_threads(threads)
-    {
-      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
-      const size_t chunk = (n + nt - 1) / nt, lo = std::min(n, chunk * id), hi = std::min(n, lo + chunk);
-      part[id] = avx2 ? detail::read_pass_avx2(buf.get() + lo, hi - lo) : detail::read_pass_scalar(buf.get() + lo, hi - lo);
-    }
-    const double s = t.seconds();
-    for (float x : part) sink = sink + x;
-    if (s > 0) rates.push_back((double)(n * sizeof(float)) / s);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < (int64_t)n_; i++) buf_[i] = (float)(i & 7);
+}
+
+double ReadProbe::pass() {
+  const bool avx2 = has_avx2(best_isa());
+  std::vector<float> part(threads_, 0.0f);
+  Timer t;
+#pragma omp parallel num_threads(threads_)
+  {
+    const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t chunk = (n_ + nt - 1) / nt, lo = std::min(n_, chunk * id), hi = std::min(n_, lo + chunk);
+    part[id] = avx2 ? detail::read_pass_avx2(buf_.get() + lo, hi - lo) : detail::read_pass_scalar(buf_.get() + lo, hi - lo);
   }
-  // The median pass: on a shared machine the best pass can be a lucky outlier (seen: 74 GB/s
-  // once where 41 GB/s repeats), and the roof should be what a kernel can count on.
+  const double s = t.seconds();
+  volatile float sink = 0;
+  for (float x : part) sink = sink + x;
+  return s > 0 ? (double)bytes() / s : 0;
+}
+
+double median_rate(std::vector<double> rates) {
+  std::erase(rates, 0.0);
   if (rates.empty()) return 0;
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+double measure_read_bandwidth(int threads, size_t bytes, int passes) {
+  ReadProbe probe(threads, bytes);
+  std::vector<double> rates;
+  for (int pass = 0; pass < std::max(1, passes); pass++) rates.push_back(probe.pass());
+  // The median pass: on a shared machine the best pass can be a lucky outlier (seen: 74 GB/s
+  // once where 41 GB/s repeats), and the roof should be what a kernel can count on.
+  return median_rate(std::move(rates));
 }
 
 double measure_peak_flops(Isa isa, int threads, double seconds) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <vector>
 
 #include "kernels/cpu/isa.h"
 
@@ -19,8 +21,26 @@ struct MachinePeaks {
   double ridge() const { return read_bytes_per_s > 0 ? flops_per_s / read_bytes_per_s : 0; }
 };
 
+// A buffer far larger than the caches, touched once by the threads that will read it; each
+// pass() sums all of it with `threads` threads and returns bytes/s. Keeping one lets a
+// benchmark probe the memory between its runs: on a shared host the bandwidth drifts by
+// tens of percent within a minute, so a probe taken beside a run measures that run's roof.
+class ReadProbe {
+ public:
+  ReadProbe(int threads, size_t bytes = size_t(512) << 20);
+  double pass();
+  size_t bytes() const { return n_ * sizeof(float); }
+
+ private:
+  int threads_;
+  size_t n_;
+  std::unique_ptr<float[]> buf_;
+};
+
 // Sums `bytes` of floats with `threads` threads, `passes` times; returns the median bytes/s.
 double measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int passes = 5);
+// The median of some bytes/s readings (0 for none).
+double median_rate(std::vector<double> rates);
 // Runs independent FMA chains for about `seconds` on each thread; returns FLOP/s.
 double measure_peak_flops(Isa isa, int threads, double seconds = 0.2);
 MachinePeaks measure_machine(Isa isa, int threads);
