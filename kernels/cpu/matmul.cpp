@@ -97,7 +97,14 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
   const int64_t nb = cols / 32;
   // Decode: small tiles so both threads get even shares; prefill: tiles that stay in cache.
   const int64_t tile_rows = n_tokens == 1 ? 32 : 16;
-  std::vector<Tile> tiles;
+  // Decode calls this ~120 times a token; the tile list and the quantized input keep their
+  // memory between calls instead of going back to the allocator each time.
+  // (References, so the parallel region below sees the calling thread's buffers.)
+  thread_local std::vector<Tile> tile_store;
+  thread_local std::vector<BlockQ8Act> xq_store;
+  std::vector<Tile>& tiles = tile_store;
+  std::vector<BlockQ8Act>& xq = xq_store;
+  tiles.clear();
   bool any_q8 = false, any_decoded = false, any_packed = false;
   for (size_t p = 0; p < group.size(); p++) {
     const WeightMatrix& w = *group[p].w;
@@ -106,7 +113,7 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
     any_decoded |= !w.qdot && !w.is_packed() && n_tokens >= kDecodeRowsMinTokens;
     for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) tiles.push_back({(int)p, r0, std::min(tile_rows, w.rows - r0)});
   }
-  std::vector<BlockQ8Act> xq(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
+  xq.resize(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
   if (any_q8 && n_tokens == 1) k.quantize_act(X, xq.data(), cols);   // too small to split
   const int64_t n_tiles = (int64_t)tiles.size();
   const int64_t decode_chunk = std::max<int64_t>(1, n_tiles / (kDynamicChunksPerThread * omp_get_max_threads()));
