@@ -91,7 +91,8 @@ def run_tandem(tandem, model, threads, reps):
                        check=True, capture_output=True, text=True)
     j = json.loads(r.stdout)
     return {"pp": j["pp512"]["tok_s"], "tg": j["tg128"]["tok_s"], "tg_gbs": j["tg128"]["gb_s"],
-            "tg_bw": j["tg128"]["pct_read_bandwidth"], "bw": j["machine"]["read_gb_s"]}
+            "tg_bw": j["tg128"]["pct_read_bandwidth"], "bw": j["machine"]["read_gb_s"],
+            "tg_probe": j["tg128"].get("probe_read_gb_s", j["machine"]["read_gb_s"])}
 
 
 def run_peer(bin_dir, model, threads, reps):
@@ -143,6 +144,7 @@ def main():
     print(table)
     if a.write:
         bw = mean([r[2]["bw"] for r in rows])
+        tg_probe = mean([r[2]["tg_probe"] for r in rows])
         cpu = ""
         try:
             cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -150,7 +152,8 @@ def main():
             cpu = platform.processor()
         section = (f"## {datetime.date.today()}: side by side, `bench/compare.py`\n\n"
                    f"Machine: {cpu}, {os.cpu_count()} cores, {a.threads} threads; tandem's read-bandwidth probe "
-                   f"{bw:.1f} GB/s (median pass). Each figure is the mean of {a.rounds} alternating rounds of "
+                   f"{bw:.1f} GB/s (median pass) at start, {tg_probe:.1f} GB/s between the decode repetitions "
+                   f"(what % of read BW divides by). Each figure is the mean of {a.rounds} alternating rounds of "
                    f"{a.reps} repetitions.\n"
                    f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} --json` and "
                    f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -o json` "
