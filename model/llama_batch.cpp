@@ -47,8 +47,10 @@ class PagedKv : public LayerKv {
   }
 
   void attend(int layer, const float* q, int64_t n, float* out) override {
-    for (auto& v : views_) v.k_offset = pool_.k_offset(layer), v.v_offset = pool_.v_offset(layer);
-    cpu::attention_paged(q, n, pos_.data(), seq_.data(), views_.data(), pool_.shape().dtype, shape_, out, kernels_);
+    // A copy per call: at decode every thread of the pass's team calls in at once.
+    std::vector<cpu::PagedKvView> views = views_;
+    for (auto& v : views) v.k_offset = pool_.k_offset(layer), v.v_offset = pool_.v_offset(layer);
+    cpu::attention_paged(q, n, pos_.data(), seq_.data(), views.data(), pool_.shape().dtype, shape_, out, kernels_);
   }
 
  private:

@@ -95,6 +95,7 @@ class LlamaModel {
   // runs them with a block of tokens, decode with one, a serving step with tokens of many
   // sequences. `kv` says where each layer's K,V rows go and are read from.
   void run_layers(LayerKv& kv, int64_t n_tokens, const int64_t* pos);
+  void layer_pass(LayerKv& kv, int64_t n_tokens, bool team);  // run_layers' body
   void run_layers(KvCache& kv, int64_t n_tokens, int64_t pos0);  // one sequence's contiguous cache
   void project(std::initializer_list<cpu::Projection> group, const float* in, int64_t n_tokens) const;
   void compute_logits(int64_t first_row, int64_t n_rows, float* out);

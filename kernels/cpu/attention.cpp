@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +14,19 @@
 namespace tandem::cpu {
 
 namespace {
+
+// Runs body on every thread of a team: the caller's team when every thread of an enclosing
+// region called in (decode runs a whole pass in one region), else a new region. The body's
+// `omp for` loops bind to that team and end in its barrier.
+template <typename Body>
+void in_team(Body body) {
+  if (omp_in_parallel()) {
+    body();
+    return;
+  }
+#pragma omp parallel
+  body();
+}
 
 // The one attention body. Query row i (at position pos_of(i)) attends over keys [0, pos_of(i)];
 // rows(i, t, kv_head) returns the K and V row pointers of key t as that query sees them. Both
@@ -31,8 +46,7 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
     // once for all of them; with few rows (decode), single heads, so threads get even shares.
     const int per_item = n_q * s.n_kv_head >= 16 ? group : 1;
     const int64_t items_per_row = s.n_head / per_item;
-#pragma omp parallel
-    {
+    in_team([&] {
       std::vector<const uint8_t*> k_rows((size_t)max_keys), v_rows((size_t)max_keys);
       std::vector<float> scores((size_t)(per_item * max_keys));
 #pragma omp for schedule(dynamic, 2)
@@ -44,12 +58,11 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
         const int64_t at = i * q_stride + (int64_t)h0 * s.head_dim;
         heads(s.head_dim, per_item, q + at, k_rows.data(), v_rows.data(), n_keys, scale, scores.data(), max_keys, out + at);
       }
-    }
+    });
     return;
   }
   const int64_t n_work = n_q * s.n_head;
-#pragma omp parallel
-  {
+  in_team([&] {
     std::vector<float> scores((size_t)max_keys);  // [n_keys] of one query row
 #pragma omp for schedule(dynamic, 4)
     for (int64_t w = 0; w < n_work; w++) {
@@ -64,7 +77,7 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
       std::memset(oh, 0, sizeof(float) * s.head_dim);
       for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, t, kvh).second, oh, s.head_dim);
     }
-  }
+  });
 }
 
 using RowPair = std::pair<const uint8_t*, const uint8_t*>;  // K row, V row

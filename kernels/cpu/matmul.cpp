@@ -90,68 +90,98 @@ void run_tile(std::span<const Projection> group, const Tile& tile, const float* 
   }
 }
 
+// One thread's view of a group product: the tile list and the quantized input. Decode calls
+// matmul_group ~120 times a token, so both keep their memory (thread_local) between calls.
+struct GroupPlan {
+  std::vector<Tile>& tiles;
+  std::vector<BlockQ8Act>& xq;  // [n_tokens, cols / 32]
+  int64_t tile_rows = 0;
+  bool any_q8 = false, any_decoded = false, any_packed = false;
+  bool quantized = false;  // xq already holds every token
+  int64_t decode_chunk = 1;
+};
+
+// quantize_all: quantize every token here (a team member works on its own copy); otherwise
+// only a single token, and the team splits a batch.
+GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k,
+                     int threads, bool quantize_all) {
+  thread_local std::vector<Tile> tile_store;
+  thread_local std::vector<BlockQ8Act> xq_store;
+  GroupPlan p{tile_store, xq_store};
+  const int64_t cols = group[0].w->cols, nb = cols / 32;
+  // Decode: small tiles so both threads get even shares; prefill: tiles that stay in cache.
+  p.tile_rows = n_tokens == 1 ? 32 : 16;
+  p.tiles.clear();
+  for (size_t g = 0; g < group.size(); g++) {
+    const WeightMatrix& w = *group[g].w;
+    p.any_q8 |= w.qdot != nullptr || w.packed_gemm != nullptr;
+    p.any_packed |= w.is_packed();
+    p.any_decoded |= !w.qdot && !w.is_packed() && n_tokens >= kDecodeRowsMinTokens;
+    for (int64_t r0 = 0; r0 < w.rows; r0 += p.tile_rows) p.tiles.push_back({(int)g, r0, std::min(p.tile_rows, w.rows - r0)});
+  }
+  p.xq.resize(p.any_q8 ? (size_t)(n_tokens * nb) : 0);
+  if (p.any_q8 && (n_tokens == 1 || quantize_all)) {  // one token is too small to split
+    for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, p.xq.data() + t * nb, cols);
+    p.quantized = true;
+  }
+  p.decode_chunk = std::max<int64_t>(1, (int64_t)p.tiles.size() / (kDynamicChunksPerThread * threads));
+  return p;
+}
+
+// What every thread of the team runs; the loops share the tiles out and end in a barrier.
+void run_group(const GroupPlan& p, std::span<const Projection> group, const float* X, int64_t n_tokens,
+               const CpuKernels& k) {
+  const int64_t cols = group[0].w->cols, nb = cols / 32;
+  const std::vector<Tile>& tiles = p.tiles;
+  const BlockQ8Act* xq = p.xq.data();
+  const int64_t n_tiles = (int64_t)tiles.size();
+  if (p.any_q8 && !p.quantized) {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, p.xq.data() + t * nb, cols);
+  }
+  std::vector<float> decoded(p.any_decoded ? (size_t)(p.tile_rows * cols) : 0);  // [tile_rows, cols]
+  // Packed matrices go token chunk by token chunk; static scheduling gives each thread the
+  // same tiles in every chunk, and chunks write disjoint outputs, so no barrier between them.
+  if (p.any_packed && n_tokens > 1)
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kPackedTokenChunk) {
+#pragma omp for schedule(static) nowait
+      for (int64_t ti = 0; ti < n_tiles; ti++) {
+        const Tile& tile = tiles[ti];
+        const WeightMatrix& w = *group[tile.p].w;
+        if (w.is_packed())
+          packed_tile(w, tile.r0, tile.nr, X, xq, nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk), group[tile.p].out + tile.r0);
+      }
+    }
+  // Decode: guided scheduling hands out shrinking runs of tiles, so a thread that the
+  // machine slows (the two cores rarely stream at the same rate) takes fewer of them while
+  // each run stays one sequential stream. The tile, not the thread, fixes every float.
+  if (n_tokens == 1 && n_tiles < kDynamicMinTiles) {
+#pragma omp for schedule(guided)
+    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq, decoded.data(), k);
+  } else if (n_tokens == 1) {
+#pragma omp for schedule(dynamic, p.decode_chunk)
+    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq, decoded.data(), k);
+  } else {
+#pragma omp for schedule(static)
+    for (int64_t ti = 0; ti < n_tiles; ti++)
+      if (!group[tiles[ti].p].w->is_packed()) run_tile(group, tiles[ti], X, n_tokens, xq, decoded.data(), k);
+  }
+}
+
 }  // namespace
 
 void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
-  const int64_t cols = group[0].w->cols;
-  const int64_t nb = cols / 32;
-  // Decode: small tiles so both threads get even shares; prefill: tiles that stay in cache.
-  const int64_t tile_rows = n_tokens == 1 ? 32 : 16;
-  // Decode calls this ~120 times a token; the tile list and the quantized input keep their
-  // memory between calls instead of going back to the allocator each time.
-  // (References, so the parallel region below sees the calling thread's buffers.)
-  thread_local std::vector<Tile> tile_store;
-  thread_local std::vector<BlockQ8Act> xq_store;
-  std::vector<Tile>& tiles = tile_store;
-  std::vector<BlockQ8Act>& xq = xq_store;
-  tiles.clear();
-  bool any_q8 = false, any_decoded = false, any_packed = false;
-  for (size_t p = 0; p < group.size(); p++) {
-    const WeightMatrix& w = *group[p].w;
-    any_q8 |= w.qdot != nullptr || w.packed_gemm != nullptr;
-    any_packed |= w.is_packed();
-    any_decoded |= !w.qdot && !w.is_packed() && n_tokens >= kDecodeRowsMinTokens;
-    for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) tiles.push_back({(int)p, r0, std::min(tile_rows, w.rows - r0)});
+  if (omp_in_parallel()) {
+    // Every thread of an enclosing team called this (decode runs a whole pass in one
+    // region): each plans for itself, the same tiles and the same quantized input, and the
+    // loops bind to that team, so no region starts or ends here.
+    const GroupPlan p = plan_group(group, X, n_tokens, k, omp_get_num_threads(), true);
+    run_group(p, group, X, n_tokens, k);
+    return;
   }
-  xq.resize(any_q8 ? (size_t)(n_tokens * nb) : 0);  // [n_tokens, cols / 32]
-  if (any_q8 && n_tokens == 1) k.quantize_act(X, xq.data(), cols);   // too small to split
-  const int64_t n_tiles = (int64_t)tiles.size();
-  const int64_t decode_chunk = std::max<int64_t>(1, n_tiles / (kDynamicChunksPerThread * omp_get_max_threads()));
+  const GroupPlan p = plan_group(group, X, n_tokens, k, omp_get_max_threads(), false);
 #pragma omp parallel
-  {
-    if (any_q8 && n_tokens > 1) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, xq.data() + t * nb, cols);
-    }
-    std::vector<float> decoded(any_decoded ? (size_t)(tile_rows * cols) : 0);  // [tile_rows, cols]
-    // Packed matrices go token chunk by token chunk; static scheduling gives each thread the
-    // same tiles in every chunk, and chunks write disjoint outputs, so no barrier between them.
-    if (any_packed && n_tokens > 1)
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kPackedTokenChunk) {
-#pragma omp for schedule(static) nowait
-        for (int64_t ti = 0; ti < n_tiles; ti++) {
-          const Tile& tile = tiles[ti];
-          const WeightMatrix& w = *group[tile.p].w;
-          if (w.is_packed())
-            packed_tile(w, tile.r0, tile.nr, X, xq.data(), nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk),
-                        group[tile.p].out + tile.r0);
-        }
-      }
-    // Decode: guided scheduling hands out shrinking runs of tiles, so a thread that the
-    // machine slows (the two cores rarely stream at the same rate) takes fewer of them while
-    // each run stays one sequential stream. The tile, not the thread, fixes every float.
-    if (n_tokens == 1 && n_tiles < kDynamicMinTiles) {
-#pragma omp for schedule(guided)
-      for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq.data(), decoded.data(), k);
-    } else if (n_tokens == 1) {
-#pragma omp for schedule(dynamic, decode_chunk)
-      for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq.data(), decoded.data(), k);
-    } else {
-#pragma omp for schedule(static)
-      for (int64_t ti = 0; ti < n_tiles; ti++)
-        if (!group[tiles[ti].p].w->is_packed()) run_tile(group, tiles[ti], X, n_tokens, xq.data(), decoded.data(), k);
-    }
-  }
+  run_group(p, group, X, n_tokens, k);
 }
 
 void WeightMatrix::pack_for(const CpuKernels& k) {
