@@ -148,14 +148,18 @@ void LlamaModel::layer_pass(LayerKv& kv, int64_t n, bool team) {
     const LlamaLayerWeights& L = weights_.layers[li];
     // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
     project({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xb_.data(), n);
-    each_token([&](int64_t t) {
+    auto rope_token = [&](int64_t t) {
       cpu::rope(&q_[t * c.q_dim()], c.n_head, c.head_dim, c.rope_dim, &rope_cs_[t * c.rope_dim]);
       cpu::rope(&k_[t * c.kv_dim()], c.n_kv_head, c.head_dim, c.rope_dim, &rope_cs_[t * c.rope_dim]);
-    });
-    if (team) {
+    };
+    if (team) {  // RoPE and the cache store in one `single`: one barrier, not two
 #pragma omp single
-      kv.store(li, k_.data(), v_.data(), n);
+      {
+        for (int64_t t = 0; t < n; t++) rope_token(t);
+        kv.store(li, k_.data(), v_.data(), n);
+      }
     } else {
+      each_token(rope_token);
       kv.store(li, k_.data(), v_.data(), n);
     }
     kv.attend(li, q_.data(), n, att_.data());

@@ -17,7 +17,8 @@ struct AttentionShape {
 // For query rows i in [0, n_q) at position pos0 + i, attends over cached positions
 // [0, pos0 + i] (causal). q: [n_q, n_head * head_dim]; k, v: [n_ctx, n_kv_head * head_dim]
 // of kv_type (F32 or F16); out: [n_q, n_head * head_dim]. Scores live in a per-thread
-// buffer of one row, never as a full [n_q, n_ctx] matrix.
+// buffer of one row, never as a full [n_q, n_ctx] matrix. Like matmul_group, inside a
+// parallel region every thread of the team must call it (the work is shared among them).
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
 

@@ -48,6 +48,8 @@ struct Projection {
 // (same cols). One parallel pass: the input is quantized once, threads split the weights'
 // row tiles, and each tile meets every token while it is in cache. With few tokens rows use
 // the fused dequant-dot; with many, float-path rows are decoded to float once per tile.
+// Called inside a parallel region, it shares the work out among that region's team, so every
+// thread of the team must call it (decode's one-team pass does); outside one it starts a region.
 void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k);
 
 // y[rows] = W x[cols] (decode).
