@@ -29,11 +29,29 @@ BENCH = os.path.join(ROOT, "bench")
 PEER_DIR = os.path.join(BENCH, ".peer")
 MODELS_DIR = os.path.join(BENCH, ".models")
 SHARED = os.path.join(ROOT, "..", "shared")
-PEER_CMAKE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_AVX512=ON",
-              "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_BF16=ON",
-              # AMX kernels crash on this machine kind; the peer runs its AVX-512 paths.
-              "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
-              "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def peer_cmake():
+    """The peer's ISA options for this CPU: its x86 paths, each on only where the CPU has it (a
+    build with AVX-512 on dies of SIGILL on an AVX2-only machine of the same kind). Not NATIVE:
+    its AMX kernels crash on this machine kind, so the peer runs its AVX-512 or AVX2 paths."""
+    f = cpu_flags()
+    on = lambda cond: "ON" if cond else "OFF"
+    isa = [f"-DGGML_AVX={on('avx' in f)}", f"-DGGML_AVX2={on('avx2' in f)}", f"-DGGML_FMA={on('fma' in f)}", f"-DGGML_F16C={on('f16c' in f)}",
+           f"-DGGML_AVX512={on('avx512f' in f and 'avx512bw' in f)}", f"-DGGML_AVX512_VNNI={on('avx512_vnni' in f)}",
+           f"-DGGML_AVX512_VBMI={on('avx512vbmi' in f)}", f"-DGGML_AVX512_BF16={on('avx512_bf16' in f)}",
+           f"-DGGML_AVX_VNNI={on('avx_vnni' in f)}", f"-DGGML_BMI2={on('bmi2' in f)}"]
+    return (["-DGGML_NATIVE=OFF"] + isa + ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
+            "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DCMAKE_BUILD_TYPE=Release"])
 
 
 def sh(cmd, **kw):
@@ -43,17 +61,23 @@ def sh(cmd, **kw):
 
 def build_peer():
     binary = os.path.join(PEER_DIR, "build", "bin", "llama-bench")
-    if os.path.exists(binary):
+    stamp = os.path.join(PEER_DIR, "build", "tandem-cmake-options")
+    options = peer_cmake()
+    # Rebuilt when the CPU differs from the one it was built for (the checkout can move).
+    if os.path.exists(binary) and os.path.exists(stamp) and open(stamp).read() == " ".join(options):
         return os.path.dirname(binary)
     os.makedirs(PEER_DIR, exist_ok=True)
     if not glob.glob(os.path.join(PEER_DIR, "llama_cpp_python-*.tar.gz")):
         sh([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "llama-cpp-python", "-d", PEER_DIR])
     tarball = sorted(glob.glob(os.path.join(PEER_DIR, "llama_cpp_python-*.tar.gz")))[-1]
-    sh(["tar", "xzf", tarball, "-C", PEER_DIR])
     src = os.path.join(tarball[:-len(".tar.gz")], "vendor", "llama.cpp")
+    if not os.path.isdir(src):
+        sh(["tar", "xzf", tarball, "-C", PEER_DIR])
     build = os.path.join(PEER_DIR, "build")
-    sh(["cmake", "-S", src, "-B", build] + PEER_CMAKE)
+    sh(["cmake", "-S", src, "-B", build] + options)
     sh(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "llama-bench", "llama-quantize"])
+    with open(stamp, "w") as f:
+        f.write(" ".join(options))
     return os.path.dirname(binary)
 
 

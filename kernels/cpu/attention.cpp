@@ -40,7 +40,9 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
   const float scale = 1.0f / std::sqrt((float)s.head_dim);
   const RowDotFn dot = kernels.row_dot(kv_type);
   const AxpyFn axpy = kernels.axpy(kv_type);
-  const AttendHeadsFn heads = kernels.isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv_type, s.head_dim) : nullptr;
+  const AttendHeadsFn heads = kernels.isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv_type, s.head_dim)
+                              : kernels.isa == Isa::Avx2 ? attend_heads_kernel_avx2(kv_type, s.head_dim)
+                                                         : nullptr;
   if (heads) {
     // Work items: a query row's heads that share a KV head, so each K and V row is widened
     // once for all of them; with few rows (decode), single heads, so threads get even shares.

@@ -31,6 +31,8 @@ using AttendHeadsFn = void (*)(int head_dim, int n_heads, const float* q, const 
                                int64_t scores_stride, float* out);
 // AVX-512 (attention_avx512.cpp), head_dim 64 or 128, F16 or F32 cache; nullptr otherwise.
 AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim);
+// AVX2 (attention_avx2.cpp), the same shapes and cache types; nullptr otherwise.
+AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim);
 
 // K and V of one sequence held in a pool of fixed-size blocks (kv/block_pool.h): position t
 // lives in block table[t / block_tokens], row t % block_tokens.

@@ -42,6 +42,8 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 SiluMulFn silu_mul_kernel(Isa isa) {
   if (isa == Isa::Avx512)
     if (SiluMulFn f = silu_mul_kernel_avx512()) return f;
+  if (isa == Isa::Avx2)
+    if (SiluMulFn f = silu_mul_kernel_avx2()) return f;
   return silu_mul;
 }
 

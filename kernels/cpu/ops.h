@@ -26,6 +26,7 @@ using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 // as llama.cpp's vector SiLU does); other levels use silu_mul.
 SiluMulFn silu_mul_kernel(Isa isa);
 SiluMulFn silu_mul_kernel_avx512();  // nullptr when not compiled in
+SiluMulFn silu_mul_kernel_avx2();    // nullptr when not compiled in
 
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);

@@ -37,6 +37,7 @@ using PackedFloatGemmFn = void (*)(const uint8_t* group, int64_t cols, const flo
 // nullptr where the type or ISA has none.
 PackedFloatGemmFn packed_float_gemm_kernel(DType type, Isa isa);
 PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType type);
+PackedFloatGemmFn packed_float_gemm_kernel_avx2(DType type);
 
 // The same arithmetic in plain C++, operation for operation (tests compare it exactly).
 void packed_float_gemm_scalar(DType type, const uint8_t* group, int64_t cols, const float* x, int64_t x_stride,

@@ -93,6 +93,7 @@ using PackedGemmFn = void (*)(const uint8_t* group, int64_t cols, const BlockQ8A
 // nullptr where the type or ISA has none (then products use QuantKernels).
 PackedGemmFn packed_gemm_kernel(DType type, Isa isa);
 PackedGemmFn packed_gemm_kernel_avx512(DType type);
+PackedGemmFn packed_gemm_kernel_avx2(DType type);
 
 // The same arithmetic in plain C++, operation for operation (tests compare it exactly).
 void packed_gemm_scalar(DType type, const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,

@@ -1,0 +1,194 @@
+// AVX2 attention for one query row's heads that share a KV head (attention.h), for CPUs
+// without AVX-512. Compiled with -mavx2 -mfma -mf16c; chosen only when best_isa() is Avx2.
+//
+// The AVX-512 kernel's method at 8 lanes: a key row is widened once for all the heads it
+// serves, a head's score is one FMA chain over head_dim / 8 vectors and a fixed reduction
+// (8 keys folded together in three levels), its softmax a vector exp; the value pass keeps a
+// chunk of each head's output in registers across the value rows (16 registers do not hold
+// whole heads). Every head's floats come from its own chains only, so grouping heads or query
+// rows differently never changes a result.
+#include "kernels/cpu/attention.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/exp_avx2.h"
+
+namespace tandem::cpu {
+
+namespace {
+
+inline __m256i tail_mask(int64_t n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+
+inline float reduce_max(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+inline float reduce_add(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// In-place softmax of s[0, n).
+void softmax8(float* s, int64_t n) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  __m256 mx = ninf;
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));
+  const __m256i tail = tail_mask(n - t);
+  if (t < n) mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + t, tail), _mm256_castsi256_ps(tail)));
+  const __m256 m = _mm256_set1_ps(reduce_max(mx));
+  __m256 sum = _mm256_setzero_ps();
+  for (t = 0; t + 8 <= n; t += 8) {
+    const __m256 e = avx2::exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + t), m));
+    _mm256_storeu_ps(s + t, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (t < n) {
+    const __m256 e = _mm256_and_ps(avx2::exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(s + t, tail), m)),
+                                   _mm256_castsi256_ps(tail));
+    _mm256_maskstore_ps(s + t, tail, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / reduce_add(sum));
+  for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), inv));
+  if (t < n) _mm256_maskstore_ps(s + t, tail, _mm256_mul_ps(_mm256_maskload_ps(s + t, tail), inv));
+}
+
+template <bool F16>
+inline __m256 load8(const uint8_t* row, int v) {
+  if constexpr (F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + v));
+  else return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * v);
+}
+
+// Each head's 8 lane sums of key t's dot product (keys past the end give zeros).
+template <bool F16, int NV, int HC>
+inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
+  if (t >= n_keys) {
+    for (int h = 0; h < HC; h++) acc[h] = _mm256_setzero_ps();
+    return;
+  }
+  const uint8_t* row = k_rows[t];
+  __m256 k = load8<F16>(row, 0);
+  for (int h = 0; h < HC; h++) acc[h] = _mm256_mul_ps(k, _mm256_loadu_ps(q + h * 8 * NV));
+  for (int v = 1; v < NV; v++) {
+    k = load8<F16>(row, v);
+    for (int h = 0; h < HC; h++) acc[h] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + h * 8 * NV + 8 * v), acc[h]);
+  }
+}
+
+// Horizontal sums of 8 keys' lane vectors in three folds, each halving every key's lanes and
+// doubling the keys a vector holds; a key's sum tree is the same in every slot. After fold 1,
+// 128-bit halves (lo, hi) hold keys a, b; after fold 2, lane pair j of each half is one key;
+// after fold 3, lanes hold keys 0 2 4 6 1 3 5 7.
+inline __m256 fold1(__m256 a, __m256 b) {
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+inline __m256 fold2(__m256 c, __m256 d) { return _mm256_add_ps(_mm256_shuffle_ps(c, d, 0x44), _mm256_shuffle_ps(c, d, 0xEE)); }
+inline __m256 fold3(__m256 e, __m256 f) { return _mm256_add_ps(_mm256_shuffle_ps(e, f, 0x88), _mm256_shuffle_ps(e, f, 0xDD)); }
+
+// NV vectors per head, HC heads at once.
+template <bool F16, int NV, int HC>
+void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
+           float* scores, int64_t scores_stride, float* out) {
+  constexpr int D = 8 * NV;
+  const __m256i key_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t t0 = 0; t0 < n_keys; t0 += 8) {
+    __m256 s4[HC], s2[HC], a[HC], b[HC];
+    for (int i4 = 0; i4 < 8; i4 += 4) {
+      for (int i2 = i4; i2 < i4 + 4; i2 += 2) {
+        lane_dots<F16, NV, HC>(q, k_rows, t0 + i2, n_keys, a);
+        lane_dots<F16, NV, HC>(q, k_rows, t0 + i2 + 1, n_keys, b);
+        for (int h = 0; h < HC; h++) {
+          const __m256 ab = fold1(a[h], b[h]);
+          s2[h] = i2 == i4 ? ab : fold2(s2[h], ab);
+        }
+      }
+      for (int h = 0; h < HC; h++) s4[h] = i4 == 0 ? s2[h] : fold3(s4[h], s2[h]);
+    }
+    const __m256i valid = tail_mask(std::min<int64_t>(8, n_keys - t0));
+    for (int h = 0; h < HC; h++)
+      _mm256_maskstore_ps(scores + h * scores_stride + t0, valid,
+                          _mm256_mul_ps(_mm256_permutevar8x32_ps(s4[h], key_order), _mm256_set1_ps(scale)));
+  }
+  for (int h = 0; h < HC; h++) softmax8(scores + h * scores_stride, n_keys);
+  constexpr int VC = HC <= 2 ? 4 : 2;  // output vectors per head held across the value rows
+  static_assert(NV % VC == 0);
+  for (int v0 = 0; v0 < NV; v0 += VC) {
+    __m256 o[HC][VC];
+    for (int h = 0; h < HC; h++)
+      for (int v = 0; v < VC; v++) o[h][v] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < n_keys; t++) {
+      __m256 x[VC];
+      for (int v = 0; v < VC; v++) x[v] = load8<F16>(v_rows[t], v0 + v);
+      for (int h = 0; h < HC; h++) {
+        const __m256 p = _mm256_broadcast_ss(scores + h * scores_stride + t);
+        for (int v = 0; v < VC; v++) o[h][v] = _mm256_fmadd_ps(p, x[v], o[h][v]);
+      }
+    }
+    for (int h = 0; h < HC; h++)
+      for (int v = 0; v < VC; v++) _mm256_storeu_ps(out + h * D + 8 * (v0 + v), o[h][v]);
+  }
+}
+
+template <bool F16, int NV>
+void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
+             float scale, float* scores, int64_t scores_stride, float* out) {
+  constexpr int kMax = 3;  // 4 x HC score registers plus the key vector fit in 16
+  constexpr int D = 8 * NV;
+  for (int h0 = 0; h0 < n_heads; h0 += kMax) {
+    const float* qh = q + h0 * D;
+    float* sh = scores + h0 * scores_stride;
+    float* oh = out + h0 * D;
+    switch (std::min(kMax, n_heads - h0)) {
+      case 1: heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      case 2: heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      default: heads<F16, NV, 3>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+    }
+  }
+}
+
+template <bool F16>
+void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+  switch (head_dim) {
+    case 64: return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    case 128: return heads_n<F16, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    default: return;
+  }
+}
+
+void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+  dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+}
+
+void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+  dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+}
+
+}  // namespace
+
+AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim) {
+  if (head_dim != 64 && head_dim != 128) return nullptr;
+  if (kv_type == DType::F16) return heads_f16;
+  if (kv_type == DType::F32) return heads_f32;
+  return nullptr;
+}
+
+}  // namespace tandem::cpu
+
+#else
+
+namespace tandem::cpu {
+AttendHeadsFn attend_heads_kernel_avx2(DType, int) { return nullptr; }
+}  // namespace tandem::cpu
+
+#endif
