@@ -10,6 +10,8 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dot.h"
+#include "core/fp16.h"
+#include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/probe.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -80,6 +82,24 @@ void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
   }
   st.SetItemsProcessed(st.iterations() * kPackRows * tokens * kCols);  // multiply-adds
   st.SetBytesProcessed(st.iterations() * (int64_t)rows.size());
+}
+
+// One packed F16 group of 16 rows x 8 tokens (prefill) or x 1 token (decode), float activations.
+void BM_PackedFloatGemm(benchmark::State& st, Isa isa, int tokens) {
+  std::mt19937 rng(6);
+  std::vector<uint16_t> rows(kPackRows * kCols);
+  for (auto& v : rows) v = fp32_to_fp16((float)(rng() % 200) / 100.0f - 1.0f);
+  const auto packed = pack_float_rows(DType::F16, reinterpret_cast<const uint8_t*>(rows.data()), kPackRows, kCols, kCols * 2);
+  std::vector<float> x(tokens * kCols);
+  for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
+  const PackedFloatGemmFn f = packed_float_gemm_kernel(DType::F16, isa);
+  std::vector<float> out(tokens * kPackRows);
+  for (auto _ : st) {
+    f(packed.get(), kCols, x.data(), kCols, tokens, out.data(), kPackRows, kPackRows);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * kPackRows * tokens * kCols);  // multiply-adds
+  st.SetBytesProcessed(st.iterations() * (int64_t)rows.size() * 2);
 }
 
 // Decode's stream from memory: a 16-row-group matrix far larger than the caches (192k x 2048,
@@ -175,6 +195,10 @@ int register_all() {
     }
     for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
+    if (packed_float_gemm_kernel(DType::F16, isa)) {
+      benchmark::RegisterBenchmark(("packed_float_16x8/F16" + at).c_str(), BM_PackedFloatGemm, isa, 8);
+      benchmark::RegisterBenchmark(("packed_float_16x1/F16" + at).c_str(), BM_PackedFloatGemm, isa, 1);
+    }
     benchmark::RegisterBenchmark(("f32_tile_2x4" + at).c_str(), BM_F32Tile, isa);
     benchmark::RegisterBenchmark(("quantize_act" + at).c_str(), BM_QuantizeAct, isa);
     benchmark::RegisterBenchmark(("attention_decode" + at).c_str(), BM_AttentionDecode, isa)->Arg(512)->Arg(4096);

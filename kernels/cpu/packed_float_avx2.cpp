@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/packed_quant.h"
+#include "kernels/cpu/unroll.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -41,29 +42,28 @@ template <DType T, int NT>
 void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
   const auto* w = reinterpret_cast<const uint16_t*>(group);
-  __m256 even[2][NT], odd[2][NT];
-  for (int h = 0; h < 2; h++)
-    for (int t = 0; t < NT; t++) even[h][t] = _mm256_setzero_ps(), odd[h][t] = _mm256_setzero_ps();
+  __m256 even_lo[NT], even_hi[NT], odd_lo[NT], odd_hi[NT];
+  each<NT>([&](auto t) { even_lo[t] = even_hi[t] = odd_lo[t] = odd_hi[t] = _mm256_setzero_ps(); });
   for (int64_t k = 0; k < cols; k += 2) {
     const uint16_t* e = w + k * kPackRows;
     if constexpr (NT == 1) _mm_prefetch(reinterpret_cast<const char*>(e) + kDecodePrefetch, _MM_HINT_T1);
-    {
-      const __m256 lo = widen<T>(e), hi = widen<T>(e + 8);
-      for (int t = 0; t < NT; t++) {
-        const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + k);
-        even[0][t] = _mm256_fmadd_ps(lo, xv, even[0][t]);
-        even[1][t] = _mm256_fmadd_ps(hi, xv, even[1][t]);
-      }
-    }
-    const __m256 lo = widen<T>(e + kPackRows), hi = widen<T>(e + kPackRows + 8);
-    for (int t = 0; t < NT; t++) {
+    const __m256 lo0 = widen<T>(e), hi0 = widen<T>(e + 8);
+    each<NT>([&](auto t) {
+      const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + k);
+      even_lo[t] = _mm256_fmadd_ps(lo0, xv, even_lo[t]);
+      even_hi[t] = _mm256_fmadd_ps(hi0, xv, even_hi[t]);
+    });
+    const __m256 lo1 = widen<T>(e + kPackRows), hi1 = widen<T>(e + kPackRows + 8);
+    each<NT>([&](auto t) {
       const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + k + 1);
-      odd[0][t] = _mm256_fmadd_ps(lo, xv, odd[0][t]);
-      odd[1][t] = _mm256_fmadd_ps(hi, xv, odd[1][t]);
-    }
+      odd_lo[t] = _mm256_fmadd_ps(lo1, xv, odd_lo[t]);
+      odd_hi[t] = _mm256_fmadd_ps(hi1, xv, odd_hi[t]);
+    });
   }
-  for (int t = 0; t < NT; t++)
-    for (int h = 0; h < 2; h++) store_half(out + t * out_stride, h, _mm256_add_ps(even[h][t], odd[h][t]), valid_rows);
+  each<NT>([&](auto t) {
+    store_half(out + t * out_stride, 0, _mm256_add_ps(even_lo[t], odd_lo[t]), valid_rows);
+    store_half(out + t * out_stride, 1, _mm256_add_ps(even_hi[t], odd_hi[t]), valid_rows);
+  });
 }
 
 template <DType T>

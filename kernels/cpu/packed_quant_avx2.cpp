@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/unroll.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -54,59 +55,70 @@ inline void prefetch_ahead(const uint8_t* p, int bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p) + kDecodePrefetch + line, _MM_HINT_T1);
 }
 
+// The two 8-row halves of a group, unrolled for few tokens (the accumulators then stay in
+// registers); with more, a loop (all tokens' accumulators do not fit, and the block's work per
+// half is large enough that keeping them in memory costs little).
+template <int NT, typename F>
+inline void halves(F&& f) {
+  if constexpr (NT <= 2) each<2>(f);
+  else for (int h = 0; h < 2; h++) f(h);
+}
+
 template <DType T, int NT>
 void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
   const int64_t nb = cols / kQK;
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8((char)0x80);
-  __m256 acc[2][NT];
-  for (int h = 0; h < 2; h++)
-    for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_ps();
+  __m256 acc[2][NT];  // rows 0-7, rows 8-15
+  each<NT>([&](auto t) { acc[0][t] = acc[1][t] = _mm256_setzero_ps(); });
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t* quads = group + packed_quads_at(T, b);
     if constexpr (NT == 1) prefetch_ahead(quads, packed_unit_bytes(T) / 2);
-    for (int h = 0; h < 2; h++) {
+    halves<NT>([&](auto h) {
       __m256i p[NT];
       if constexpr (T == DType::Q8_0) {
-        for (int t = 0; t < NT; t++) p[t] = _mm256_setzero_si256();
+        each<NT>([&](auto t) { p[t] = _mm256_setzero_si256(); });
         for (int s = 0; s < 8; s++) {
           const __m256i w = _mm256_xor_si256(load(quads + 64 * s + 32 * h), top);
           const __m256i aw = _mm256_abs_epi8(w);
-          for (int t = 0; t < NT; t++) {
+          each<NT>([&](auto t) {
             const __m256i xs = _mm256_sign_epi8(quad(x[t * x_stride + b].qs + 4 * s), w);
             p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
-          }
+          });
         }
       } else {
         __m256i p16[NT];
-        for (int t = 0; t < NT; t++) p16[t] = _mm256_setzero_si256();
+        each<NT>([&](auto t) { p16[t] = _mm256_setzero_si256(); });
         for (int c = 0; c < 4; c++) {
           const __m256i v = load(quads + 64 * c + 32 * h);
           const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-          for (int t = 0; t < NT; t++) {
+          each<NT>([&](auto t) {
             const int8_t* qs = x[t * x_stride + b].qs;
             const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
                                                _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
             p16[t] = _mm256_add_epi16(p16[t], s);
-          }
+          });
         }
-        for (int t = 0; t < NT; t++) {
+        each<NT>([&](auto t) {
           p[t] = _mm256_madd_epi16(p16[t], ones);
           if constexpr (T == DType::Q4_0) p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(-8 * x[t * x_stride + b].sum));
-        }
+        });
       }
       const __m256 dw = halfs(group + packed_d_at(T, b) + 16 * h);
       __m256 mw;
       if constexpr (T == DType::Q4_1) mw = halfs(group + packed_m_at(T, b) + 16 * h);
-      for (int t = 0; t < NT; t++) {
+      each<NT>([&](auto t) {
         const BlockQ8Act& xb = x[t * x_stride + b];
-        acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[h][t]);
-        if constexpr (T == DType::Q4_1) acc[h][t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), acc[h][t]);
-      }
-    }
+        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[h][t]);
+        if constexpr (T == DType::Q4_1) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), a);
+        acc[h][t] = a;
+      });
+    });
   }
-  for (int t = 0; t < NT; t++)
-    for (int h = 0; h < 2; h++) store_half(out + t * out_stride, h, acc[h][t], valid_rows);
+  each<NT>([&](auto t) {
+    store_half(out + t * out_stride, 0, acc[0][t], valid_rows);
+    store_half(out + t * out_stride, 1, acc[1][t], valid_rows);
+  });
 }
 
 // The int16 pair (v, v) in each int32 lane, from int32 lanes holding small values.
@@ -120,14 +132,13 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   constexpr int kBlockBytes = kQ6KUnitBytes / 16;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
-  __m256 acc[2][NT];
-  for (int h = 0; h < 2; h++)
-    for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_ps();
+  __m256 acc[2][NT];  // rows 0-7, rows 8-15
+  each<NT>([&](auto t) { acc[0][t] = acc[1][t] = _mm256_setzero_ps(); });
   for (int64_t b = 0; b < nb; b++) {
     if constexpr (NT == 1) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
     const uint8_t* bits = group + q6k_bits_at(b);
     const auto* sc = reinterpret_cast<const int8_t*>(group + q6k_scales_at(b));
-    for (int h = 0; h < 2; h++) {
+    halves<NT>([&](auto h) {
       // Row r's scales: of its first 16 elements sc[r], of the rest sc[16 + r].
       const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h)));
       const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 + 8 * h)));
@@ -137,36 +148,39 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
       const __m256i shift = _mm256_or_si256(_mm256_and_si256(_mm256_sub_epi32(zero, _mm256_slli_epi32(s0, 5)), lo16),
                                             _mm256_slli_epi32(_mm256_sub_epi32(zero, _mm256_slli_epi32(s1, 5)), 16));
       __m256i p[NT];
-      for (int t = 0; t < NT; t++) {
+      each<NT>([&](auto t) {
         const BlockQ8Act& xb = x[t * x_stride + b];
         const int32_t sums = (int32_t)((uint32_t)(xb.sum - xb.sum_lo) << 16 | ((uint32_t)xb.sum_lo & 0xFFFF));
         p[t] = _mm256_madd_epi16(shift, _mm256_set1_epi32(sums));
-      }
-      for (int e = 0; e < 2; e++) {  // e: which half of 16 (its elements 16e .. 16e + 15)
+      });
+      each<2>([&](auto e) {  // e: which half of 16 (its elements 16e .. 16e + 15)
         const __m256i hv = load(bits + 256 + 64 * e + 32 * h);
         const __m256i hs[4] = {_mm256_slli_epi16(hv, 4), _mm256_slli_epi16(hv, 2), hv, _mm256_srli_epi16(hv, 2)};
         for (int c = 0; c < 4; c += 2) {  // two quads per int16 sum
           __m256i u[2];
           for (int k = 0; k < 2; k++) {
             __m256i nib = load(bits + 64 * (c + k) + 32 * h);
-            if (e == 1) nib = _mm256_srli_epi16(nib, 4);
+            if constexpr (e == 1) nib = _mm256_srli_epi16(nib, 4);
             u[k] = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_and_si256(hs[c + k], high));
           }
-          for (int t = 0; t < NT; t++) {
+          each<NT>([&](auto t) {
             const int8_t* qs = x[t * x_stride + b].qs + 16 * e + 4 * c;
             const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], quad(qs)), _mm256_maddubs_epi16(u[1], quad(qs + 4)));
             p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(s16, e == 0 ? sc0 : sc1));
-          }
+          });
         }
-      }
+      });
       const __m256 dw = halfs(group + q6k_d_at(b / 8) + 16 * h);
-      for (int t = 0; t < NT; t++)
+      each<NT>([&](auto t) {
         acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(x[t * x_stride + b].d)),
                                     acc[h][t]);
-    }
+      });
+    });
   }
-  for (int t = 0; t < NT; t++)
-    for (int h = 0; h < 2; h++) store_half(out + t * out_stride, h, acc[h][t], valid_rows);
+  each<NT>([&](auto t) {
+    store_half(out + t * out_stride, 0, acc[0][t], valid_rows);
+    store_half(out + t * out_stride, 1, acc[1][t], valid_rows);
+  });
 }
 
 template <DType T>
