@@ -1,12 +1,14 @@
-// AVX2 attention for one query row's heads that share a KV head (attention.h), for CPUs
-// without AVX-512. Compiled with -mavx2 -mfma -mf16c; chosen only when best_isa() is Avx2.
+// AVX2 attention for one query row's heads that share a KV head (attention.h),
+// for CPUs without AVX-512. Compiled with -mavx2 -mfma -mf16c; chosen only when
+// best_isa() is Avx2.
 //
-// The AVX-512 kernel's method at 8 lanes: a key row is widened once for all the heads it
-// serves, a head's score is one FMA chain over head_dim / 8 vectors and a fixed reduction
-// (8 keys folded together in three levels), its softmax a vector exp; the value pass keeps a
-// chunk of each head's output in registers across the value rows (16 registers do not hold
-// whole heads). Every head's floats come from its own chains only, so grouping heads or query
-// rows differently never changes a result.
+// The AVX-512 kernel's method at 8 lanes: a key row is widened once for all the
+// heads it serves, a head's score is one FMA chain over head_dim / 8 vectors
+// and a fixed reduction (8 keys folded together in three levels), its softmax a
+// vector exp; the value pass keeps a chunk of each head's output in registers
+// across the value rows (16 registers do not hold whole heads). Every head's
+// floats come from its own chains only, so grouping heads or query rows
+// differently never changes a result.
 #include "kernels/cpu/attention.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -21,7 +23,9 @@ namespace tandem::cpu {
 
 namespace {
 
-inline __m256i tail_mask(int64_t n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+inline __m256i tail_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
 inline float reduce_max(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -36,7 +40,7 @@ inline float reduce_add(__m256 v) {
 }
 
 // In-place softmax of s[0, n).
-void softmax8(float* s, int64_t n) {
+void softmax8(float *s, int64_t n) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
   __m256 mx = ninf;
   int64_t t = 0;
@@ -62,19 +66,22 @@ void softmax8(float* s, int64_t n) {
 }
 
 template <bool F16>
-inline __m256 load8(const uint8_t* row, int v) {
-  if constexpr (F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + v));
-  else return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * v);
+inline __m256 load8(const uint8_t *row, int v) {
+  if constexpr (F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(row) + v));
+  else
+    return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + 8 * v);
 }
 
-// Each head's 8 lane sums of key t's dot product (keys past the end give zeros).
+// Each head's 8 lane sums of key t's dot product (keys past the end give
+// zeros).
 template <bool F16, int NV, int HC>
-inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
+inline void lane_dots(const float *q, const uint8_t *const *k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
   if (t >= n_keys) {
     for (int h = 0; h < HC; h++) acc[h] = _mm256_setzero_ps();
     return;
   }
-  const uint8_t* row = k_rows[t];
+  const uint8_t *row = k_rows[t];
   __m256 k = load8<F16>(row, 0);
   for (int h = 0; h < HC; h++) acc[h] = _mm256_mul_ps(k, _mm256_loadu_ps(q + h * 8 * NV));
   for (int v = 1; v < NV; v++) {
@@ -83,20 +90,25 @@ inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, i
   }
 }
 
-// Horizontal sums of 8 keys' lane vectors in three folds, each halving every key's lanes and
-// doubling the keys a vector holds; a key's sum tree is the same in every slot. After fold 1,
-// 128-bit halves (lo, hi) hold keys a, b; after fold 2, lane pair j of each half is one key;
-// after fold 3, lanes hold keys 0 2 4 6 1 3 5 7.
+// Horizontal sums of 8 keys' lane vectors in three folds, each halving every
+// key's lanes and doubling the keys a vector holds; a key's sum tree is the
+// same in every slot. After fold 1, 128-bit halves (lo, hi) hold keys a, b;
+// after fold 2, lane pair j of each half is one key; after fold 3, lanes hold
+// keys 0 2 4 6 1 3 5 7.
 inline __m256 fold1(__m256 a, __m256 b) {
   return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
-inline __m256 fold2(__m256 c, __m256 d) { return _mm256_add_ps(_mm256_shuffle_ps(c, d, 0x44), _mm256_shuffle_ps(c, d, 0xEE)); }
-inline __m256 fold3(__m256 e, __m256 f) { return _mm256_add_ps(_mm256_shuffle_ps(e, f, 0x88), _mm256_shuffle_ps(e, f, 0xDD)); }
+inline __m256 fold2(__m256 c, __m256 d) {
+  return _mm256_add_ps(_mm256_shuffle_ps(c, d, 0x44), _mm256_shuffle_ps(c, d, 0xEE));
+}
+inline __m256 fold3(__m256 e, __m256 f) {
+  return _mm256_add_ps(_mm256_shuffle_ps(e, f, 0x88), _mm256_shuffle_ps(e, f, 0xDD));
+}
 
 // NV vectors per head, HC heads at once.
 template <bool F16, int NV, int HC>
-void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
-           float* scores, int64_t scores_stride, float* out) {
+void heads(const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows, int64_t n_keys, float scale,
+           float *scores, int64_t scores_stride, float *out) {
   constexpr int D = 8 * NV;
   const __m256i key_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t t0 = 0; t0 < n_keys; t0 += 8) {
@@ -138,39 +150,48 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
 }
 
 template <bool F16, int NV>
-void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
-             float scale, float* scores, int64_t scores_stride, float* out) {
+void heads_n(int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows, int64_t n_keys,
+             float scale, float *scores, int64_t scores_stride, float *out) {
   constexpr int kMax = 3;  // 4 x HC score registers plus the key vector fit in 16
   constexpr int D = 8 * NV;
   for (int h0 = 0; h0 < n_heads; h0 += kMax) {
-    const float* qh = q + h0 * D;
-    float* sh = scores + h0 * scores_stride;
-    float* oh = out + h0 * D;
+    const float *qh = q + h0 * D;
+    float *sh = scores + h0 * scores_stride;
+    float *oh = out + h0 * D;
     switch (std::min(kMax, n_heads - h0)) {
-      case 1: heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
-      case 2: heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
-      default: heads<F16, NV, 3>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      case 1:
+        heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh);
+        break;
+      case 2:
+        heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh);
+        break;
+      default:
+        heads<F16, NV, 3>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh);
+        break;
     }
   }
 }
 
 template <bool F16>
-void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+void dispatch(int head_dim, int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows,
+              int64_t n_keys, float scale, float *scores, int64_t scores_stride, float *out) {
   switch (head_dim) {
-    case 64: return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
-    case 128: return heads_n<F16, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
-    default: return;
+    case 64:
+      return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    case 128:
+      return heads_n<F16, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    default:
+      return;
   }
 }
 
-void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+void heads_f16(int head_dim, int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows,
+               int64_t n_keys, float scale, float *scores, int64_t scores_stride, float *out) {
   dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
 }
 
-void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+void heads_f32(int head_dim, int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows,
+               int64_t n_keys, float scale, float *scores, int64_t scores_stride, float *out) {
   dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
 }
 

@@ -1,5 +1,5 @@
-// AVX2 element-wise kernels (ops.h). Compiled with -mavx2 -mfma; chosen only when best_isa()
-// is Avx2.
+// AVX2 element-wise kernels (ops.h). Compiled with -mavx2 -mfma; chosen only
+// when best_isa() is Avx2.
 #include "kernels/cpu/ops.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
@@ -21,11 +21,12 @@ inline __m256 silu8(__m256 g) {
   return _mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e)));
 }
 
-void silu_mul_avx2(float* gate, const float* up, int64_t n) {
+void silu_mul_avx2(float *gate, const float *up, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
-  if (i < n) {  // the tail through a buffer: AVX2 has no masked float load/store of any width
+  if (i < n) {  // the tail through a buffer: AVX2 has no masked float load/store
+                // of any width
     float g[8] = {}, u[8] = {};
     for (int64_t j = i; j < n; j++) g[j - i] = gate[j], u[j - i] = up[j];
     _mm256_storeu_ps(g, _mm256_mul_ps(silu8(_mm256_loadu_ps(g)), _mm256_loadu_ps(u)));

@@ -1,22 +1,28 @@
 // AVX2 kernel over the same packed 16-row groups as the AVX-512 one (layout in
-// packed_quant.h), for CPUs without AVX-512 VNNI. Compiled with -mavx2 -mfma -mf16c; chosen
-// only when best_isa() is Avx2.
+// packed_quant.h), for CPUs without AVX-512 VNNI. Compiled with -mavx2 -mfma
+// -mf16c; chosen only when best_isa() is Avx2.
 //
-// A 64-byte vector of the layout is two 256-bit halves, rows 0-7 and rows 8-15, each done on
-// its own. With no VPDPBUSD, a 4-byte group times the broadcast activation quad is VPMADDUBSW
-// (unsigned x signed byte pairs into int16) then VPMADDWD (pairs into int32). The integer
-// sums equal the scalar twin's exactly, so every float does too:
-// - Q4_0/Q4_1: nibbles (0..15) go straight in; a block's 8 int16 sums stay under 2^15
-//   (8 x 2 x 15 x 127), so one VPMADDWD a block, and Q4_0's -8 x sum(x) is added after.
-// - Q8_0: stored as w + 128, which VPMADDUBSW would saturate; flipping the top bit gives w,
-//   and |w| times x carrying w's sign (VPSIGNB) is w x with pairs under 2^15 (w = -128 too).
-// - Q6_K: 6-bit u (0..63) rebuilt from nibble and high-bit vectors; two int16 pair sums
-//   (2 x 2 x 63 x 127) fit, and VPMADDWD against the row's scale doubled into both int16
-//   halves applies it; the -32 x scale x sum(x half) term is one more VPMADDWD.
-#include "kernels/cpu/packed_quant.h"
-
+// A 64-byte vector of the layout is two 256-bit halves, rows 0-7 and rows 8-15,
+// each done on its own. With no VPDPBUSD, a 4-byte group times the broadcast
+// activation quad is VPMADDUBSW (unsigned x signed byte pairs into int16) then
+// VPMADDWD (pairs into int32). The integer sums equal the scalar twin's
+// exactly, so every float does too:
+// - Q4_0/Q4_1: nibbles (0..15) go straight in; a block's 8 int16 sums stay
+// under 2^15
+//   (8 x 2 x 15 x 127), so one VPMADDWD a block, and Q4_0's -8 x sum(x) is
+//   added after.
+// - Q8_0: stored as w + 128, which VPMADDUBSW would saturate; flipping the top
+// bit gives w,
+//   and |w| times x carrying w's sign (VPSIGNB) is w x with pairs under 2^15 (w
+//   = -128 too).
+// - Q6_K: 6-bit u (0..63) rebuilt from nibble and high-bit vectors; two int16
+// pair sums
+//   (2 x 2 x 63 x 127) fit, and VPMADDWD against the row's scale doubled into
+//   both int16 halves applies it; the -32 x scale x sum(x half) term is one
+//   more VPMADDWD.
 #include <cstring>
 
+#include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/unroll.h"
 
@@ -30,19 +36,19 @@ namespace {
 // Decode prefetch distance, as in the AVX-512 kernel (packed_quant_avx512.cpp).
 constexpr int kDecodePrefetch = 8192;
 
-inline __m256i quad(const int8_t* qs) {
+inline __m256i quad(const int8_t *qs) {
   int32_t v;
   std::memcpy(&v, qs, 4);
   return _mm256_set1_epi32(v);
 }
 
-inline __m256i load(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i load(const uint8_t *p) { return _mm256_load_si256(reinterpret_cast<const __m256i *>(p)); }
 
 // 8 fp16 values (one half's rows) as floats.
-inline __m256 halfs(const uint8_t* p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 halfs(const uint8_t *p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(p))); }
 
 // Rows [8h, 8h + 8) of out, limited to valid_rows.
-inline void store_half(float* out, int h, __m256 v, int valid_rows) {
+inline void store_half(float *out, int h, __m256 v, int valid_rows) {
   const int n = valid_rows - 8 * h;
   if (n >= 8) return _mm256_storeu_ps(out + 8 * h, v);
   if (n <= 0) return;
@@ -50,165 +56,191 @@ inline void store_half(float* out, int h, __m256 v, int valid_rows) {
   _mm256_maskstore_ps(out + 8 * h, mask, v);
 }
 
-inline void prefetch_ahead(const uint8_t* p, int bytes) {
+inline void prefetch_ahead(const uint8_t *p, int bytes) {
   for (int line = 0; line < bytes; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kDecodePrefetch + line, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char *>(p) + kDecodePrefetch + line, _MM_HINT_T1);
 }
 
-// The two 8-row halves of a group, unrolled for few tokens (the accumulators then stay in
-// registers); with more, a loop (all tokens' accumulators do not fit, and the block's work per
-// half is large enough that keeping them in memory costs little).
-template <int NT, typename F>
-inline void halves(F&& f) {
-  if constexpr (NT <= 2) each<2>(f);
-  else for (int h = 0; h < 2; h++) f(h);
+// Runs body(b, h, acc) for every block b and 8-row half h, acc being that
+// half's NT token accumulators, then stores them. Few tokens (decode): both
+// halves block by block, all in registers, one stream through the group. More:
+// half by half, each pass over the group (which stays in L1/L2) with only its
+// own accumulators live; block by block GCC hoisted every activation broadcast
+// of both halves into stack slots and spilled all over.
+template <int NT, typename Body>
+inline void blocks_by_half(int64_t nb, float *out, int64_t out_stride, int valid_rows, Body body) {
+  if constexpr (NT <= 2) {
+    __m256 acc0[NT], acc1[NT];
+    each<NT>([&](auto t) { acc0[t] = acc1[t] = _mm256_setzero_ps(); });
+    for (int64_t b = 0; b < nb; b++) {
+      body(b, std::integral_constant<int, 0>{}, acc0);
+      body(b, std::integral_constant<int, 1>{}, acc1);
+    }
+    each<NT>([&](auto t) {
+      store_half(out + t * out_stride, 0, acc0[t], valid_rows);
+      store_half(out + t * out_stride, 1, acc1[t], valid_rows);
+    });
+  } else {
+    for (int h = 0; h < 2; h++) {
+      __m256 acc[NT];
+      each<NT>([&](auto t) { acc[t] = _mm256_setzero_ps(); });
+      for (int64_t b = 0; b < nb; b++) body(b, h, acc);
+      each<NT>([&](auto t) { store_half(out + t * out_stride, h, acc[t], valid_rows); });
+    }
+  }
 }
 
 template <DType T, int NT>
-void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
+void gemm(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, float *out, int64_t out_stride,
           int valid_rows) {
   const int64_t nb = cols / kQK;
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8((char)0x80);
-  __m256 acc[2][NT];  // rows 0-7, rows 8-15
-  each<NT>([&](auto t) { acc[0][t] = acc[1][t] = _mm256_setzero_ps(); });
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t* quads = group + packed_quads_at(T, b);
-    if constexpr (NT == 1) prefetch_ahead(quads, packed_unit_bytes(T) / 2);
-    halves<NT>([&](auto h) {
-      __m256i p[NT];
-      if constexpr (T == DType::Q8_0) {
-        each<NT>([&](auto t) { p[t] = _mm256_setzero_si256(); });
-        for (int s = 0; s < 8; s++) {
-          const __m256i w = _mm256_xor_si256(load(quads + 64 * s + 32 * h), top);
-          const __m256i aw = _mm256_abs_epi8(w);
-          each<NT>([&](auto t) {
-            const __m256i xs = _mm256_sign_epi8(quad(x[t * x_stride + b].qs + 4 * s), w);
-            p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
-          });
-        }
-      } else {
-        __m256i p16[NT];
-        each<NT>([&](auto t) { p16[t] = _mm256_setzero_si256(); });
-        for (int c = 0; c < 4; c++) {
-          const __m256i v = load(quads + 64 * c + 32 * h);
-          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-          each<NT>([&](auto t) {
-            const int8_t* qs = x[t * x_stride + b].qs;
-            const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
-                                               _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
-            p16[t] = _mm256_add_epi16(p16[t], s);
-          });
-        }
+  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256 *acc) {
+    const uint8_t *quads = group + packed_quads_at(T, b);
+    if constexpr (NT == 1)
+      if (h == 0) prefetch_ahead(quads, packed_unit_bytes(T) / 2);
+    __m256i p[NT];
+    if constexpr (T == DType::Q8_0) {
+      each<NT>([&](auto t) { p[t] = _mm256_setzero_si256(); });
+      for (int s = 0; s < 8; s++) {
+        const __m256i w = _mm256_xor_si256(load(quads + 64 * s + 32 * h), top);
+        const __m256i aw = _mm256_abs_epi8(w);
         each<NT>([&](auto t) {
-          p[t] = _mm256_madd_epi16(p16[t], ones);
-          if constexpr (T == DType::Q4_0) p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(-8 * x[t * x_stride + b].sum));
+          const __m256i xs = _mm256_sign_epi8(quad(x[t * x_stride + b].qs + 4 * s), w);
+          p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
         });
       }
-      const __m256 dw = halfs(group + packed_d_at(T, b) + 16 * h);
-      __m256 mw;
-      if constexpr (T == DType::Q4_1) mw = halfs(group + packed_m_at(T, b) + 16 * h);
+    } else {
+      __m256i p16[NT];
+      each<NT>([&](auto t) { p16[t] = _mm256_setzero_si256(); });
+      for (int c = 0; c < 4; c++) {
+        const __m256i v = load(quads + 64 * c + 32 * h);
+        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        each<NT>([&](auto t) {
+          const int8_t *qs = x[t * x_stride + b].qs;
+          const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
+                                             _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
+          p16[t] = _mm256_add_epi16(p16[t], s);
+        });
+      }
       each<NT>([&](auto t) {
-        const BlockQ8Act& xb = x[t * x_stride + b];
-        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[h][t]);
-        if constexpr (T == DType::Q4_1) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), a);
-        acc[h][t] = a;
+        p[t] = _mm256_madd_epi16(p16[t], ones);
+        if constexpr (T == DType::Q4_0) p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(-8 * x[t * x_stride + b].sum));
       });
+    }
+    const __m256 dw = halfs(group + packed_d_at(T, b) + 16 * h);
+    __m256 mw;
+    if constexpr (T == DType::Q4_1) mw = halfs(group + packed_m_at(T, b) + 16 * h);
+    each<NT>([&](auto t) {
+      const BlockQ8Act &xb = x[t * x_stride + b];
+      __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[t]);
+      if constexpr (T == DType::Q4_1) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), a);
+      acc[t] = a;
     });
-  }
-  each<NT>([&](auto t) {
-    store_half(out + t * out_stride, 0, acc[0][t], valid_rows);
-    store_half(out + t * out_stride, 1, acc[1][t], valid_rows);
   });
 }
 
-// The int16 pair (v, v) in each int32 lane, from int32 lanes holding small values.
+// The int16 pair (v, v) in each int32 lane, from int32 lanes holding small
+// values.
 inline __m256i twice16(__m256i v) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
 template <int NT>
-void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+void gemm_q6_k(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, float *out,
                int64_t out_stride, int valid_rows) {
   constexpr int kBlockBytes = kQ6KUnitBytes / 16;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
-  __m256 acc[2][NT];  // rows 0-7, rows 8-15
-  each<NT>([&](auto t) { acc[0][t] = acc[1][t] = _mm256_setzero_ps(); });
-  for (int64_t b = 0; b < nb; b++) {
-    if constexpr (NT == 1) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
-    const uint8_t* bits = group + q6k_bits_at(b);
-    const auto* sc = reinterpret_cast<const int8_t*>(group + q6k_scales_at(b));
-    halves<NT>([&](auto h) {
-      // Row r's scales: of its first 16 elements sc[r], of the rest sc[16 + r].
-      const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h)));
-      const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 + 8 * h)));
-      const __m256i sc0 = twice16(s0), sc1 = twice16(s1);
-      // (-32 x scale of half 0, -32 x scale of half 1) per row, against (sum_lo, sum_hi).
-      const __m256i zero = _mm256_setzero_si256();
-      const __m256i shift = _mm256_or_si256(_mm256_and_si256(_mm256_sub_epi32(zero, _mm256_slli_epi32(s0, 5)), lo16),
-                                            _mm256_slli_epi32(_mm256_sub_epi32(zero, _mm256_slli_epi32(s1, 5)), 16));
-      __m256i p[NT];
-      each<NT>([&](auto t) {
-        const BlockQ8Act& xb = x[t * x_stride + b];
-        const int32_t sums = (int32_t)((uint32_t)(xb.sum - xb.sum_lo) << 16 | ((uint32_t)xb.sum_lo & 0xFFFF));
-        p[t] = _mm256_madd_epi16(shift, _mm256_set1_epi32(sums));
-      });
-      each<2>([&](auto e) {  // e: which half of 16 (its elements 16e .. 16e + 15)
-        const __m256i hv = load(bits + 256 + 64 * e + 32 * h);
-        const __m256i hs[4] = {_mm256_slli_epi16(hv, 4), _mm256_slli_epi16(hv, 2), hv, _mm256_srli_epi16(hv, 2)};
-        for (int c = 0; c < 4; c += 2) {  // two quads per int16 sum
-          __m256i u[2];
-          for (int k = 0; k < 2; k++) {
-            __m256i nib = load(bits + 64 * (c + k) + 32 * h);
-            if constexpr (e == 1) nib = _mm256_srli_epi16(nib, 4);
-            u[k] = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_and_si256(hs[c + k], high));
-          }
-          each<NT>([&](auto t) {
-            const int8_t* qs = x[t * x_stride + b].qs + 16 * e + 4 * c;
-            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], quad(qs)), _mm256_maddubs_epi16(u[1], quad(qs + 4)));
-            p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(s16, e == 0 ? sc0 : sc1));
-          });
-        }
-      });
-      const __m256 dw = halfs(group + q6k_d_at(b / 8) + 16 * h);
-      each<NT>([&](auto t) {
-        acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(x[t * x_stride + b].d)),
-                                    acc[h][t]);
-      });
+  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256 *acc) {
+    if constexpr (NT == 1)
+      if (h == 0) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
+    const uint8_t *bits = group + q6k_bits_at(b);
+    const auto *sc = reinterpret_cast<const int8_t *>(group + q6k_scales_at(b));
+    // Row r's scales: of its first 16 elements sc[r], of the rest sc[16 +
+    // r].
+    const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(sc + 8 * h)));
+    const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(sc + 16 + 8 * h)));
+    const __m256i sc0 = twice16(s0), sc1 = twice16(s1);
+    // (-32 x scale of half 0, -32 x scale of half 1) per row, against
+    // (sum_lo, sum_hi).
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i shift = _mm256_or_si256(_mm256_and_si256(_mm256_sub_epi32(zero, _mm256_slli_epi32(s0, 5)), lo16),
+                                          _mm256_slli_epi32(_mm256_sub_epi32(zero, _mm256_slli_epi32(s1, 5)), 16));
+    __m256i p[NT];
+    each<NT>([&](auto t) {
+      const BlockQ8Act &xb = x[t * x_stride + b];
+      const int32_t sums = (int32_t)((uint32_t)(xb.sum - xb.sum_lo) << 16 | ((uint32_t)xb.sum_lo & 0xFFFF));
+      p[t] = _mm256_madd_epi16(shift, _mm256_set1_epi32(sums));
     });
-  }
-  each<NT>([&](auto t) {
-    store_half(out + t * out_stride, 0, acc[0][t], valid_rows);
-    store_half(out + t * out_stride, 1, acc[1][t], valid_rows);
+    each<2>([&](auto e) {  // e: which half of 16 (its elements 16e .. 16e + 15)
+      const __m256i hv = load(bits + 256 + 64 * e + 32 * h);
+      const __m256i hs[4] = {_mm256_slli_epi16(hv, 4), _mm256_slli_epi16(hv, 2), hv, _mm256_srli_epi16(hv, 2)};
+      for (int c = 0; c < 4; c += 2) {  // two quads per int16 sum
+        __m256i u[2];
+        for (int k = 0; k < 2; k++) {
+          __m256i nib = load(bits + 64 * (c + k) + 32 * h);
+          if constexpr (e == 1) nib = _mm256_srli_epi16(nib, 4);
+          u[k] = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_and_si256(hs[c + k], high));
+        }
+        each<NT>([&](auto t) {
+          const int8_t *qs = x[t * x_stride + b].qs + 16 * e + 4 * c;
+          const __m256i s16 =
+              _mm256_add_epi16(_mm256_maddubs_epi16(u[0], quad(qs)), _mm256_maddubs_epi16(u[1], quad(qs + 4)));
+          p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(s16, e == 0 ? sc0 : sc1));
+        });
+      }
+    });
+    const __m256 dw = halfs(group + q6k_d_at(b / 8) + 16 * h);
+    each<NT>([&](auto t) {
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(x[t * x_stride + b].d)), acc[t]);
+    });
   });
 }
 
 template <DType T>
-void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
+void gemm_n(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, int n_tokens, float *out,
             int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
-    case 1: return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 1:
+      return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2:
+      return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3:
+      return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4:
+      return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5:
+      return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6:
+      return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7:
+      return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default:
+      return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
   }
 }
 
-void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
+void gemm_q6_k_n(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, int n_tokens, float *out,
                  int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
-    case 1: return gemm_q6_k<1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm_q6_k<2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm_q6_k<3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm_q6_k<4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm_q6_k<5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm_q6_k<6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm_q6_k<7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm_q6_k<8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 1:
+      return gemm_q6_k<1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2:
+      return gemm_q6_k<2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3:
+      return gemm_q6_k<3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4:
+      return gemm_q6_k<4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5:
+      return gemm_q6_k<5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6:
+      return gemm_q6_k<6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7:
+      return gemm_q6_k<7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default:
+      return gemm_q6_k<8>(group, cols, x, x_stride, out, out_stride, valid_rows);
   }
 }
 
@@ -216,11 +248,16 @@ void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_
 
 PackedGemmFn packed_gemm_kernel_avx2(DType t) {
   switch (t) {
-    case DType::Q4_0: return gemm_n<DType::Q4_0>;
-    case DType::Q4_1: return gemm_n<DType::Q4_1>;
-    case DType::Q8_0: return gemm_n<DType::Q8_0>;
-    case DType::Q6_K: return gemm_q6_k_n;
-    default: return nullptr;
+    case DType::Q4_0:
+      return gemm_n<DType::Q4_0>;
+    case DType::Q4_1:
+      return gemm_n<DType::Q4_1>;
+    case DType::Q8_0:
+      return gemm_n<DType::Q8_0>;
+    case DType::Q6_K:
+      return gemm_q6_k_n;
+    default:
+      return nullptr;
   }
 }
 

@@ -7,14 +7,15 @@
 namespace tandem::cpu {
 namespace {  // each kernel file (compiled for its own ISA) gets its own copy
 
-// Calls f(std::integral_constant<int, 0>) .. f(<N - 1>), so array indices are constants
-// before GCC 12 decides which arrays live in registers. With plain `for (t < NT)` loops it kept
-// accumulators in registers but also stored each back to the stack every step (the AVX2
-// packed float kernel: 16 GMAC/s a core instead of 28).
+// Calls f(std::integral_constant<int, 0>) .. f(<N - 1>), so array indices are
+// constants before GCC 12 decides which arrays live in registers. With plain
+// `for (t < NT)` loops it kept accumulators in registers but also stored each
+// back to the stack every step (the AVX2 packed float kernel: 16 GMAC/s a core
+// instead of 28).
 template <int N, typename F>
-inline void each(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
-      std::make_integer_sequence<int, N>{});
+inline void each(F &&f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
 }
 
 }  // namespace
