@@ -174,6 +174,8 @@ def main():
             cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
         except (OSError, StopIteration):
             cpu = platform.processor()
+        flags = cpu_flags()  # the same "AMD EPYC" name covers AVX-512 and AVX2-only hosts here
+        cpu += " (AVX-512 VNNI)" if "avx512_vnni" in flags else " (AVX2, no AVX-512)" if "avx2" in flags else ""
         section = (f"## {datetime.date.today()}: side by side, `bench/compare.py`\n\n"
                    f"Machine: {cpu}, {os.cpu_count()} cores, {a.threads} threads; tandem's read-bandwidth probe "
                    f"{bw:.1f} GB/s (median pass) at start, {tg_probe:.1f} GB/s between the decode repetitions "
