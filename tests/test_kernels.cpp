@@ -275,6 +275,62 @@ TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
   }
 }
 
+// The largest products the integer paths can meet (Q8_0 weights of -128 and 127, Q4 nibbles
+// of 15, Q6_K quants of 63 with scales of -128 and 127, activations of +-127): the AVX2
+// kernels sum byte pairs in int16 (VPMADDUBSW) and must not saturate anywhere.
+TEST(Kernels, PackedGemmExactAtExtremeValues) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
+    const int64_t rows = 16, cols = 512, nb = cols / 32;
+    const size_t rb = tandem::row_bytes(*dtype_info((uint32_t)t), cols);
+    std::vector<uint8_t> raw(rows * rb);
+    const uint16_t d = fp32_to_fp16(0.01f);
+    for (int64_t r = 0; r < rows; r++) {
+      uint8_t* row = raw.data() + r * rb;
+      if (t == DType::Q6_K) {
+        for (int64_t sb = 0; sb < cols / 256; sb++) {
+          auto& w = reinterpret_cast<BlockQ6_K*>(row)[sb];
+          std::memset(w.ql, 0xFF, sizeof w.ql);
+          std::memset(w.qh, 0xFF, sizeof w.qh);
+          for (int j = 0; j < 16; j++) w.scales[j] = (int8_t)(r % 2 ? 127 : -128);
+          w.d = d;
+        }
+        continue;
+      }
+      const size_t block = rb / nb;
+      for (int64_t b = 0; b < nb; b++) {
+        uint8_t* blk = row + b * block;
+        std::memcpy(blk, &d, 2);
+        if (t == DType::Q4_1) std::memcpy(blk + 2, &d, 2);
+        const size_t qs = t == DType::Q4_1 ? 4 : 2;
+        std::memset(blk + qs, t == DType::Q8_0 ? (r % 2 ? 0x7F : 0x80) : 0xFF, block - qs);
+      }
+    }
+    const auto packed = pack_rows(t, raw.data(), rows, cols, rb);
+    std::vector<float> x(kPackMaxTokens * cols);
+    for (int64_t i = 0; i < (int64_t)x.size(); i++) x[i] = (i / cols) % 2 ? 1.0f : -1.0f;  // quantizes to +-127
+    std::vector<BlockQ8Act> xq(kPackMaxTokens * nb);
+    quantize_act_scalar(x.data(), xq.data(), kPackMaxTokens * cols);
+    std::vector<float> ref(kPackMaxTokens * rows);
+    packed_gemm_scalar(t, packed.get(), cols, xq.data(), nb, kPackMaxTokens, ref.data(), rows, rows);
+    for (int j = 0; j < kPackMaxTokens; j++)
+      for (int64_t r = 0; r < rows; r++) {
+        const float plain = quant_dot_scalar(t, raw.data() + r * rb, xq.data() + j * nb, cols);
+        ASSERT_NEAR(ref[j * rows + r], plain, 1e-4f * (1 + std::fabs(plain))) << dtype_name(t);
+      }
+    for (Isa isa : supported_isas()) {
+      const PackedGemmFn f = packed_gemm_kernel(t, isa);
+      if (!f) continue;
+      for (int n : {1, 3, kPackMaxTokens}) {
+        std::vector<float> got(kPackMaxTokens * rows);
+        f(packed.get(), cols, xq.data(), nb, n, got.data(), rows, rows);
+        for (int j = 0; j < n; j++)
+          for (int64_t r = 0; r < rows; r++)
+            ASSERT_EQ(got[j * rows + r], ref[j * rows + r]) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
+      }
+    }
+  }
+}
+
 TEST(Kernels, PackedFloatGemmExactAcrossTokenCountsAndIsas) {
   std::mt19937 rng(22);
   std::normal_distribution<float> nd;

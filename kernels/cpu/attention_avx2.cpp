@@ -40,7 +40,7 @@ inline float reduce_add(__m256 v) {
 }
 
 // In-place softmax of s[0, n).
-void softmax8(float *s, int64_t n) {
+void softmax8(float* s, int64_t n) {
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
   __m256 mx = ninf;
   int64_t t = 0;
@@ -66,22 +66,22 @@ void softmax8(float *s, int64_t n) {
 }
 
 template <bool F16>
-inline __m256 load8(const uint8_t *row, int v) {
+inline __m256 load8(const uint8_t* row, int v) {
   if constexpr (F16)
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(row) + v));
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + v));
   else
-    return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + 8 * v);
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * v);
 }
 
 // Each head's 8 lane sums of key t's dot product (keys past the end give
 // zeros).
 template <bool F16, int NV, int HC>
-inline void lane_dots(const float *q, const uint8_t *const *k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
+inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
   if (t >= n_keys) {
     for (int h = 0; h < HC; h++) acc[h] = _mm256_setzero_ps();
     return;
   }
-  const uint8_t *row = k_rows[t];
+  const uint8_t* row = k_rows[t];
   __m256 k = load8<F16>(row, 0);
   for (int h = 0; h < HC; h++) acc[h] = _mm256_mul_ps(k, _mm256_loadu_ps(q + h * 8 * NV));
   for (int v = 1; v < NV; v++) {
@@ -107,8 +107,8 @@ inline __m256 fold3(__m256 e, __m256 f) {
 
 // NV vectors per head, HC heads at once.
 template <bool F16, int NV, int HC>
-void heads(const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows, int64_t n_keys, float scale,
-           float *scores, int64_t scores_stride, float *out) {
+void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
+           float* scores, int64_t scores_stride, float* out) {
   constexpr int D = 8 * NV;
   const __m256i key_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t t0 = 0; t0 < n_keys; t0 += 8) {
@@ -150,14 +150,14 @@ void heads(const float *q, const uint8_t *const *k_rows, const uint8_t *const *v
 }
 
 template <bool F16, int NV>
-void heads_n(int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows, int64_t n_keys,
-             float scale, float *scores, int64_t scores_stride, float *out) {
+void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
+             float scale, float* scores, int64_t scores_stride, float* out) {
   constexpr int kMax = 3;  // 4 x HC score registers plus the key vector fit in 16
   constexpr int D = 8 * NV;
   for (int h0 = 0; h0 < n_heads; h0 += kMax) {
-    const float *qh = q + h0 * D;
-    float *sh = scores + h0 * scores_stride;
-    float *oh = out + h0 * D;
+    const float* qh = q + h0 * D;
+    float* sh = scores + h0 * scores_stride;
+    float* oh = out + h0 * D;
     switch (std::min(kMax, n_heads - h0)) {
       case 1:
         heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh);
@@ -173,8 +173,8 @@ void heads_n(int n_heads, const float *q, const uint8_t *const *k_rows, const ui
 }
 
 template <bool F16>
-void dispatch(int head_dim, int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows,
-              int64_t n_keys, float scale, float *scores, int64_t scores_stride, float *out) {
+void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
   switch (head_dim) {
     case 64:
       return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
@@ -185,13 +185,13 @@ void dispatch(int head_dim, int n_heads, const float *q, const uint8_t *const *k
   }
 }
 
-void heads_f16(int head_dim, int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows,
-               int64_t n_keys, float scale, float *scores, int64_t scores_stride, float *out) {
+void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
   dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
 }
 
-void heads_f32(int head_dim, int n_heads, const float *q, const uint8_t *const *k_rows, const uint8_t *const *v_rows,
-               int64_t n_keys, float scale, float *scores, int64_t scores_stride, float *out) {
+void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
   dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
 }
 

@@ -21,7 +21,7 @@ inline __m256 silu8(__m256 g) {
   return _mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e)));
 }
 
-void silu_mul_avx2(float *gate, const float *up, int64_t n) {
+void silu_mul_avx2(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));

@@ -24,15 +24,15 @@ constexpr int kPassTokens = 3;
 constexpr int kDecodePrefetch = 8192;  // as in packed_float_avx512.cpp
 
 template <DType T>
-inline __m256 widen(const uint16_t *p) {
-  const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i *>(p));
+inline __m256 widen(const uint16_t* p) {
+  const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
   if constexpr (T == DType::F16)
     return _mm256_cvtph_ps(h);
   else
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-inline void store_half(float *out, int h, __m256 v, int valid_rows) {
+inline void store_half(float* out, int h, __m256 v, int valid_rows) {
   const int n = valid_rows - 8 * h;
   if (n >= 8) return _mm256_storeu_ps(out + 8 * h, v);
   if (n <= 0) return;
@@ -41,14 +41,14 @@ inline void store_half(float *out, int h, __m256 v, int valid_rows) {
 }
 
 template <DType T, int NT>
-void gemm(const uint8_t *group, int64_t cols, const float *x, int64_t x_stride, float *out, int64_t out_stride,
+void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
-  const auto *w = reinterpret_cast<const uint16_t *>(group);
+  const auto* w = reinterpret_cast<const uint16_t*>(group);
   __m256 even_lo[NT], even_hi[NT], odd_lo[NT], odd_hi[NT];
   each<NT>([&](auto t) { even_lo[t] = even_hi[t] = odd_lo[t] = odd_hi[t] = _mm256_setzero_ps(); });
   for (int64_t k = 0; k < cols; k += 2) {
-    const uint16_t *e = w + k * kPackRows;
-    if constexpr (NT == 1) _mm_prefetch(reinterpret_cast<const char *>(e) + kDecodePrefetch, _MM_HINT_T1);
+    const uint16_t* e = w + k * kPackRows;
+    if constexpr (NT == 1) _mm_prefetch(reinterpret_cast<const char*>(e) + kDecodePrefetch, _MM_HINT_T1);
     const __m256 lo0 = widen<T>(e), hi0 = widen<T>(e + 8);
     each<NT>([&](auto t) {
       const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + k);
@@ -69,11 +69,11 @@ void gemm(const uint8_t *group, int64_t cols, const float *x, int64_t x_stride, 
 }
 
 template <DType T>
-void gemm_n(const uint8_t *group, int64_t cols, const float *x, int64_t x_stride, int n_tokens, float *out,
+void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
   for (int t0 = 0; t0 < n_tokens; t0 += kPassTokens) {
-    const float *xt = x + t0 * x_stride;
-    float *ot = out + t0 * out_stride;
+    const float* xt = x + t0 * x_stride;
+    float* ot = out + t0 * out_stride;
     switch (std::min(kPassTokens, n_tokens - t0)) {
       case 1:
         gemm<T, 1>(group, cols, xt, x_stride, ot, out_stride, valid_rows);

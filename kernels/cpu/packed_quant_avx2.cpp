@@ -36,19 +36,19 @@ namespace {
 // Decode prefetch distance, as in the AVX-512 kernel (packed_quant_avx512.cpp).
 constexpr int kDecodePrefetch = 8192;
 
-inline __m256i quad(const int8_t *qs) {
+inline __m256i quad(const int8_t* qs) {
   int32_t v;
   std::memcpy(&v, qs, 4);
   return _mm256_set1_epi32(v);
 }
 
-inline __m256i load(const uint8_t *p) { return _mm256_load_si256(reinterpret_cast<const __m256i *>(p)); }
+inline __m256i load(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // 8 fp16 values (one half's rows) as floats.
-inline __m256 halfs(const uint8_t *p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(p))); }
+inline __m256 halfs(const uint8_t* p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p))); }
 
 // Rows [8h, 8h + 8) of out, limited to valid_rows.
-inline void store_half(float *out, int h, __m256 v, int valid_rows) {
+inline void store_half(float* out, int h, __m256 v, int valid_rows) {
   const int n = valid_rows - 8 * h;
   if (n >= 8) return _mm256_storeu_ps(out + 8 * h, v);
   if (n <= 0) return;
@@ -56,9 +56,9 @@ inline void store_half(float *out, int h, __m256 v, int valid_rows) {
   _mm256_maskstore_ps(out + 8 * h, mask, v);
 }
 
-inline void prefetch_ahead(const uint8_t *p, int bytes) {
+inline void prefetch_ahead(const uint8_t* p, int bytes) {
   for (int line = 0; line < bytes; line += 64)
-    _mm_prefetch(reinterpret_cast<const char *>(p) + kDecodePrefetch + line, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kDecodePrefetch + line, _MM_HINT_T1);
 }
 
 // Runs body(b, h, acc) for every block b and 8-row half h, acc being that
@@ -68,7 +68,7 @@ inline void prefetch_ahead(const uint8_t *p, int bytes) {
 // own accumulators live; block by block GCC hoisted every activation broadcast
 // of both halves into stack slots and spilled all over.
 template <int NT, typename Body>
-inline void blocks_by_half(int64_t nb, float *out, int64_t out_stride, int valid_rows, Body body) {
+inline void blocks_by_half(int64_t nb, float* out, int64_t out_stride, int valid_rows, Body body) {
   if constexpr (NT <= 2) {
     __m256 acc0[NT], acc1[NT];
     each<NT>([&](auto t) { acc0[t] = acc1[t] = _mm256_setzero_ps(); });
@@ -91,12 +91,12 @@ inline void blocks_by_half(int64_t nb, float *out, int64_t out_stride, int valid
 }
 
 template <DType T, int NT>
-void gemm(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, float *out, int64_t out_stride,
+void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
   const int64_t nb = cols / kQK;
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8((char)0x80);
-  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256 *acc) {
-    const uint8_t *quads = group + packed_quads_at(T, b);
+  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
+    const uint8_t* quads = group + packed_quads_at(T, b);
     if constexpr (NT == 1)
       if (h == 0) prefetch_ahead(quads, packed_unit_bytes(T) / 2);
     __m256i p[NT];
@@ -117,7 +117,7 @@ void gemm(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_str
         const __m256i v = load(quads + 64 * c + 32 * h);
         const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
         each<NT>([&](auto t) {
-          const int8_t *qs = x[t * x_stride + b].qs;
+          const int8_t* qs = x[t * x_stride + b].qs;
           const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
                                              _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
           p16[t] = _mm256_add_epi16(p16[t], s);
@@ -132,7 +132,7 @@ void gemm(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_str
     __m256 mw;
     if constexpr (T == DType::Q4_1) mw = halfs(group + packed_m_at(T, b) + 16 * h);
     each<NT>([&](auto t) {
-      const BlockQ8Act &xb = x[t * x_stride + b];
+      const BlockQ8Act& xb = x[t * x_stride + b];
       __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[t]);
       if constexpr (T == DType::Q4_1) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), a);
       acc[t] = a;
@@ -147,20 +147,20 @@ inline __m256i twice16(__m256i v) {
 }
 
 template <int NT>
-void gemm_q6_k(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, float *out,
+void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
                int64_t out_stride, int valid_rows) {
   constexpr int kBlockBytes = kQ6KUnitBytes / 16;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
-  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256 *acc) {
+  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
     if constexpr (NT == 1)
       if (h == 0) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
-    const uint8_t *bits = group + q6k_bits_at(b);
-    const auto *sc = reinterpret_cast<const int8_t *>(group + q6k_scales_at(b));
+    const uint8_t* bits = group + q6k_bits_at(b);
+    const auto* sc = reinterpret_cast<const int8_t*>(group + q6k_scales_at(b));
     // Row r's scales: of its first 16 elements sc[r], of the rest sc[16 +
     // r].
-    const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(sc + 8 * h)));
-    const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(sc + 16 + 8 * h)));
+    const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h)));
+    const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16 + 8 * h)));
     const __m256i sc0 = twice16(s0), sc1 = twice16(s1);
     // (-32 x scale of half 0, -32 x scale of half 1) per row, against
     // (sum_lo, sum_hi).
@@ -169,7 +169,7 @@ void gemm_q6_k(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t 
                                           _mm256_slli_epi32(_mm256_sub_epi32(zero, _mm256_slli_epi32(s1, 5)), 16));
     __m256i p[NT];
     each<NT>([&](auto t) {
-      const BlockQ8Act &xb = x[t * x_stride + b];
+      const BlockQ8Act& xb = x[t * x_stride + b];
       const int32_t sums = (int32_t)((uint32_t)(xb.sum - xb.sum_lo) << 16 | ((uint32_t)xb.sum_lo & 0xFFFF));
       p[t] = _mm256_madd_epi16(shift, _mm256_set1_epi32(sums));
     });
@@ -184,7 +184,7 @@ void gemm_q6_k(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t 
           u[k] = _mm256_or_si256(_mm256_and_si256(nib, low), _mm256_and_si256(hs[c + k], high));
         }
         each<NT>([&](auto t) {
-          const int8_t *qs = x[t * x_stride + b].qs + 16 * e + 4 * c;
+          const int8_t* qs = x[t * x_stride + b].qs + 16 * e + 4 * c;
           const __m256i s16 =
               _mm256_add_epi16(_mm256_maddubs_epi16(u[0], quad(qs)), _mm256_maddubs_epi16(u[1], quad(qs + 4)));
           p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(s16, e == 0 ? sc0 : sc1));
@@ -200,7 +200,7 @@ void gemm_q6_k(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t 
 }
 
 template <DType T>
-void gemm_n(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, int n_tokens, float *out,
+void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
     case 1:
@@ -222,7 +222,7 @@ void gemm_n(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_s
   }
 }
 
-void gemm_q6_k_n(const uint8_t *group, int64_t cols, const BlockQ8Act *x, int64_t x_stride, int n_tokens, float *out,
+void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
                  int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
     case 1:

@@ -13,7 +13,7 @@ namespace {  // each kernel file (compiled for its own ISA) gets its own copy
 // back to the stack every step (the AVX2 packed float kernel: 16 GMAC/s a core
 // instead of 28).
 template <int N, typename F>
-inline void each(F &&f) {
+inline void each(F&& f) {
   [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
   (std::make_integer_sequence<int, N>{});
 }
