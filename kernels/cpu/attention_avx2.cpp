@@ -17,26 +17,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/avx2_helpers.h"
 #include "kernels/cpu/exp_avx2.h"
 
 namespace tandem::cpu {
 
 namespace {
 
-inline __m256i tail_mask(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+using avx2::tail_mask;
 
 inline float reduce_max(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-inline float reduce_add(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 // In-place softmax of s[0, n).
@@ -60,7 +53,7 @@ void softmax8(float* s, int64_t n) {
     _mm256_maskstore_ps(s + t, tail, e);
     sum = _mm256_add_ps(sum, e);
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / reduce_add(sum));
+  const __m256 inv = _mm256_set1_ps(1.0f / avx2::hsum(sum));
   for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(_mm256_loadu_ps(s + t), inv));
   if (t < n) _mm256_maskstore_ps(s + t, tail, _mm256_mul_ps(_mm256_maskload_ps(s + t, tail), inv));
 }

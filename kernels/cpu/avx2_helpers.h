@@ -20,6 +20,18 @@ static inline float hsum(__m256 v) {
 
 static inline float half(uint16_t h) { return _cvtsh_ss(h); }
 
+// Lanes [0, n) set (n clamped to 0..8 by the compare): the masks of partial-vector loads and stores.
+static inline __m256i tail_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Rows [8h, 8h + 8) of a 16-row packed group's outputs, limited to valid_rows.
+static inline void store_half(float* out, int h, __m256 v, int valid_rows) {
+  const int n = valid_rows - 8 * h;
+  if (n >= 8) return _mm256_storeu_ps(out + 8 * h, v);
+  if (n > 0) _mm256_maskstore_ps(out + 8 * h, tail_mask(n), v);
+}
+
 // The signed 6-bit quants (-32 .. 31) of one 128-element half h of a Q6_K super-block, 32 per
 // vector in element order: q[g] holds elements 128h + 32g .. 128h + 32g + 31, each rebuilt from
 // ql (low 4 bits) and qh (high 2 bits). Their scales: scales[8h + 2g] for the first 16 of q[g],

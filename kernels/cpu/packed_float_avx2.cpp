@@ -16,9 +16,13 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_helpers.h"
+
 namespace tandem::cpu {
 
 namespace {
+
+using avx2::store_half;
 
 constexpr int kPassTokens = 3;
 constexpr int kDecodePrefetch = 8192;  // as in packed_float_avx512.cpp
@@ -30,14 +34,6 @@ inline __m256 widen(const uint16_t* p) {
     return _mm256_cvtph_ps(h);
   else
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-inline void store_half(float* out, int h, __m256 v, int valid_rows) {
-  const int n = valid_rows - 8 * h;
-  if (n >= 8) return _mm256_storeu_ps(out + 8 * h, v);
-  if (n <= 0) return;
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  _mm256_maskstore_ps(out + 8 * h, mask, v);
 }
 
 template <DType T, int NT>

@@ -29,9 +29,13 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_helpers.h"
+
 namespace tandem::cpu {
 
 namespace {
+
+using avx2::store_half;
 
 // Decode prefetch distance, as in the AVX-512 kernel (packed_quant_avx512.cpp).
 constexpr int kDecodePrefetch = 8192;
@@ -46,15 +50,6 @@ inline __m256i load(const uint8_t* p) { return _mm256_load_si256(reinterpret_cas
 
 // 8 fp16 values (one half's rows) as floats.
 inline __m256 halfs(const uint8_t* p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p))); }
-
-// Rows [8h, 8h + 8) of out, limited to valid_rows.
-inline void store_half(float* out, int h, __m256 v, int valid_rows) {
-  const int n = valid_rows - 8 * h;
-  if (n >= 8) return _mm256_storeu_ps(out + 8 * h, v);
-  if (n <= 0) return;
-  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  _mm256_maskstore_ps(out + 8 * h, mask, v);
-}
 
 inline void prefetch_ahead(const uint8_t* p, int bytes) {
   for (int line = 0; line < bytes; line += 64)
