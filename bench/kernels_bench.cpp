@@ -86,19 +86,20 @@ void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
 
 // One packed F16 group of 16 rows x 8 tokens (prefill) or x 1 token (decode), float activations.
 void BM_PackedFloatGemm(benchmark::State& st, Isa isa, int tokens) {
+  const int64_t C = st.range(0);
   std::mt19937 rng(6);
-  std::vector<uint16_t> rows(kPackRows * kCols);
+  std::vector<uint16_t> rows(kPackRows * C);
   for (auto& v : rows) v = fp32_to_fp16((float)(rng() % 200) / 100.0f - 1.0f);
-  const auto packed = pack_float_rows(DType::F16, reinterpret_cast<const uint8_t*>(rows.data()), kPackRows, kCols, kCols * 2);
-  std::vector<float> x(tokens * kCols);
+  const auto packed = pack_float_rows(DType::F16, reinterpret_cast<const uint8_t*>(rows.data()), kPackRows, C, C * 2);
+  std::vector<float> x(tokens * C);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
   const PackedFloatGemmFn f = packed_float_gemm_kernel(DType::F16, isa);
   std::vector<float> out(tokens * kPackRows);
   for (auto _ : st) {
-    f(packed.get(), kCols, x.data(), kCols, tokens, out.data(), kPackRows, kPackRows);
+    f(packed.get(), C, x.data(), C, tokens, out.data(), kPackRows, kPackRows);
     benchmark::DoNotOptimize(out.data());
   }
-  st.SetItemsProcessed(st.iterations() * kPackRows * tokens * kCols);  // multiply-adds
+  st.SetItemsProcessed(st.iterations() * kPackRows * tokens * C);  // multiply-adds
   st.SetBytesProcessed(st.iterations() * (int64_t)rows.size() * 2);
 }
 
@@ -196,7 +197,7 @@ int register_all() {
     for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
     if (packed_float_gemm_kernel(DType::F16, isa)) {
-      benchmark::RegisterBenchmark(("packed_float_16x8/F16" + at).c_str(), BM_PackedFloatGemm, isa, 8);
+      benchmark::RegisterBenchmark(("packed_float_16x8/F16" + at).c_str(), BM_PackedFloatGemm, isa, 8)->Arg(256)->Arg(576)->Arg(1536)->Arg(2048);
       benchmark::RegisterBenchmark(("packed_float_16x1/F16" + at).c_str(), BM_PackedFloatGemm, isa, 1);
     }
     benchmark::RegisterBenchmark(("f32_tile_2x4" + at).c_str(), BM_F32Tile, isa);
