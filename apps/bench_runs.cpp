@@ -16,8 +16,25 @@ std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt) {
   return t;
 }
 
-Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype) {
-  auto kv = m.new_kv_cache(n, kv_dtype);
+namespace {
+
+// A cache for depth + n positions holding `depth` prefilled tokens (their own id sequence, so
+// the timed tokens are the same at every depth).
+Result<KvCache> cache_at_depth(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
+  auto kv = m.new_kv_cache(std::max<int64_t>(depth + n, 1), kv_dtype);
+  if (!kv.ok()) return kv.error();
+  if (depth > 0) {
+    const auto context = bench_tokens(depth, m.config().n_vocab, 2);
+    auto r = m.prefill(kv.value(), context);
+    if (!r.ok()) return r.error();
+  }
+  return kv;
+}
+
+}  // namespace
+
+Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
+  auto kv = cache_at_depth(m, n, kv_dtype, depth);
   if (!kv.ok()) return kv.error();
   const auto tokens = bench_tokens(n, m.config().n_vocab);
   Timer t;
@@ -26,8 +43,8 @@ Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype) {
   return t.seconds();
 }
 
-Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype) {
-  auto kv = m.new_kv_cache(std::max<int64_t>(n, 1), kv_dtype);
+Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
+  auto kv = cache_at_depth(m, n, kv_dtype, depth);
   if (!kv.ok()) return kv.error();
   const auto tokens = bench_tokens(n, m.config().n_vocab, 1);
   Timer t;

@@ -13,10 +13,12 @@
 namespace tandem::apps {
 
 std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt = 0);
-// Seconds for one prefill of n tokens at positions [0, n).
-Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype);
-// Seconds for n decode steps starting at position 0.
-Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype);
+// Seconds for one prefill of n tokens at positions [depth, depth + n): a context of `depth`
+// tokens is prefilled first, untimed (llama-bench's -d).
+Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth = 0);
+// Seconds for n decode steps starting at position `depth` (after an untimed prefill of that
+// many tokens): each step then reads depth + i cached positions besides the weights.
+Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth = 0);
 
 struct ContextPoint {
   int64_t context = 0;

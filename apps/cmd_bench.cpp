@@ -37,7 +37,7 @@ Command add_bench_command(CLI::App& app) {
   struct Args {
     ModelLoadOptions load;
     std::string kv_dtype = "f16", sweep;
-    int64_t p = 512, n = 128, max_context = 4096, max_naive = 128;
+    int64_t p = 512, n = 128, depth = 0, max_context = 4096, max_naive = 128;
     int reps = 3;
     bool json = false;
   };
@@ -46,6 +46,8 @@ Command add_bench_command(CLI::App& app) {
   a->load.add_to(sub);
   sub->add_option("-p,--n-prompt", a->p, "prompt tokens for the pp test (0 = skip)")->check(CLI::Range(0, 1 << 20));
   sub->add_option("-n,--n-gen", a->n, "generated tokens for the tg test (0 = skip)")->check(CLI::Range(0, 1 << 20));
+  sub->add_option("-d,--n-depth", a->depth, "context tokens already in the cache before each test (untimed prefill)")
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->check(CLI::Range(1, 1000));
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
   sub->add_flag("--json", a->json, "print one JSON object");
@@ -58,8 +60,12 @@ Command add_bench_command(CLI::App& app) {
     LlamaModel& model = *lm->model;
     const LlamaConfig& c = model.config();
     const DType kv = a->kv_dtype == "f32" ? DType::F32 : DType::F16;
-    if (a->p > c.n_ctx_train || a->n > c.n_ctx_train)
-      return fail(fmt::format("-p/-n past the model's context of {} tokens", c.n_ctx_train));
+    if (a->depth + a->p > c.n_ctx_train || a->depth + a->n > c.n_ctx_train)
+      return fail(fmt::format("-d + -p or -d + -n past the model's context of {} tokens", c.n_ctx_train));
+    // Named as llama-bench names them: "tg128", or "tg128 @ d4096" after a context.
+    auto test_name = [&](const char* kind, int64_t n) {
+      return a->depth > 0 ? fmt::format("{}{} @ d{}", kind, n, a->depth) : fmt::format("{}{}", kind, n);
+    };
     const cpu::MachinePeaks peaks = cpu::measure_machine(model.kernels().isa, omp_threads());
     const ModelShape shape = ModelShape::of(c, model.weights(), kv == DType::F32 ? 4 : 2);
     if (auto w = time_prefill(model, std::min<int64_t>(16, c.n_ctx_train), kv); !w.ok()) return fail(w.error().message);  // warm-up
@@ -72,19 +78,19 @@ Command add_bench_command(CLI::App& app) {
     };
     std::vector<Test> tests;
     if (a->p > 0) {
-      Test t{fmt::format("pp{}", a->p), {}, {}, peaks};
+      Test t{test_name("pp", a->p), {}, {}, peaks};
       double total = 0;
       for (int r = 0; r < a->reps; r++) {
-        auto s = time_prefill(model, a->p, kv);
+        auto s = time_prefill(model, a->p, kv, a->depth);
         if (!s.ok()) return fail(s.error().message);
         t.tok_s.push_back(a->p / s.value());
         total += s.value();
       }
-      t.best = {t.name, a->p, total / a->reps, prefill_cost(shape, a->p)};
+      t.best = {t.name, a->p, total / a->reps, prefill_cost(shape, a->p, a->depth)};
       tests.push_back(t);
     }
     if (a->n > 0) {
-      Test t{fmt::format("tg{}", a->n), {}, {}, peaks};
+      Test t{test_name("tg", a->n), {}, {}, peaks};
       // Decode's roof is probed beside its runs (before each, after the last): the host's
       // bandwidth drifts too much between minutes for the probe at start to stand for them.
       cpu::ReadProbe probe(omp_threads(), peaks.probe_bytes);
@@ -92,14 +98,14 @@ Command add_bench_command(CLI::App& app) {
       double total = 0;
       for (int r = 0; r < a->reps; r++) {
         read_rates.push_back(probe.pass());
-        auto s = time_decode(model, a->n, kv);
+        auto s = time_decode(model, a->n, kv, a->depth);
         if (!s.ok()) return fail(s.error().message);
         t.tok_s.push_back(a->n / s.value());
         total += s.value();
       }
       read_rates.push_back(probe.pass());
       t.peaks.read_bytes_per_s = cpu::median_rate(read_rates);
-      t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, 0)};
+      t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, a->depth)};
       tests.push_back(t);
     }
     uint64_t file_bytes = 0, params = 0;
@@ -112,7 +118,8 @@ Command add_bench_command(CLI::App& app) {
                                   {"threads", omp_threads()},
                                   {"isa", std::string(cpu::isa_name(model.kernels().isa))},
                                   {"activations", a->load.activations},
-                                  {"repetitions", a->reps}};
+                                  {"repetitions", a->reps},
+                                  {"depth", a->depth}};
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
         nlohmann::ordered_json e = phase_json(t.best, t.peaks);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tandem vs the llama.cpp peer, same files, same threads, alternating in one run.
 
-    python3 bench/compare.py [--threads 2] [--reps 3] [--rounds 2] [--models all|real|...] [--write]
+    python3 bench/compare.py [--threads 2] [--reps 3] [--rounds 2] [--depth 0] [--models all|real|...] [--write]
 
 1. Builds the peer (llama-bench, llama-quantize) from the llama-cpp-python source package,
    which vendors llama.cpp, into bench/.peer/ unless --peer-bin points at a build.
@@ -110,18 +110,24 @@ def make_models(bin_dir, which):
     return out
 
 
-def run_tandem(tandem, model, threads, reps):
-    r = subprocess.run([tandem, "bench", "-m", model, "-t", str(threads), "-r", str(reps), "--json"],
+def test_name(kind, n, depth):
+    """As both tools name a test: pp512, or pp512 @ d4096 after a prefilled context."""
+    return f"{kind}{n} @ d{depth}" if depth else f"{kind}{n}"
+
+
+def run_tandem(tandem, model, threads, reps, depth):
+    r = subprocess.run([tandem, "bench", "-m", model, "-t", str(threads), "-r", str(reps), "-d", str(depth), "--json"],
                        check=True, capture_output=True, text=True)
     j = json.loads(r.stdout)
-    return {"pp": j["pp512"]["tok_s"], "tg": j["tg128"]["tok_s"], "tg_gbs": j["tg128"]["gb_s"],
-            "tg_bw": j["tg128"]["pct_read_bandwidth"], "bw": j["machine"]["read_gb_s"],
-            "tg_probe": j["tg128"].get("probe_read_gb_s", j["machine"]["read_gb_s"])}
+    pp, tg = j[test_name("pp", 512, depth)], j[test_name("tg", 128, depth)]
+    return {"pp": pp["tok_s"], "tg": tg["tok_s"], "tg_gbs": tg["gb_s"],
+            "tg_bw": tg["pct_read_bandwidth"], "bw": j["machine"]["read_gb_s"],
+            "tg_probe": tg.get("probe_read_gb_s", j["machine"]["read_gb_s"])}
 
 
-def run_peer(bin_dir, model, threads, reps):
+def run_peer(bin_dir, model, threads, reps, depth):
     r = subprocess.run([os.path.join(bin_dir, "llama-bench"), "-m", model, "-t", str(threads), "-r", str(reps),
-                        "-p", "512", "-n", "128", "-o", "json"], check=True, capture_output=True, text=True,
+                        "-p", "512", "-n", "128", "-d", str(depth), "-o", "json"], check=True, capture_output=True, text=True,
                        env=peer_env(bin_dir))
     res = {}
     for t in json.loads(r.stdout):
@@ -139,6 +145,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--models", default="all", help="all, or a comma list of: real, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0")
+    ap.add_argument("--depth", type=int, default=0, help="context tokens prefilled (untimed) before each test, both tools' -d")
     ap.add_argument("--peer-bin", help="folder holding a built llama-bench and llama-quantize")
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))
     ap.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
@@ -149,17 +156,18 @@ def main():
     bin_dir = a.peer_bin or build_peer()
     models = make_models(bin_dir, which)
     rows = []
+    pp, tg = test_name("pp", 512, a.depth), test_name("tg", 128, a.depth)
     for label, path in models:
         t_runs, p_runs = [], []
         for _ in range(a.rounds):  # alternate, so drift in the machine's speed hits both
-            t_runs.append(run_tandem(a.tandem, path, a.threads, a.reps))
-            p_runs.append(run_peer(bin_dir, path, a.threads, a.reps))
+            t_runs.append(run_tandem(a.tandem, path, a.threads, a.reps, a.depth))
+            p_runs.append(run_peer(bin_dir, path, a.threads, a.reps, a.depth))
         t = {k: mean([r[k] for r in t_runs]) for k in t_runs[0]}
         p = {k: mean([r[k] for r in p_runs]) for k in p_runs[0]}
         rows.append((label, os.path.getsize(path), t, p))
-        print(f"{label}: tandem pp512 {t['pp']:.1f} tg128 {t['tg']:.1f} | llama.cpp pp512 {p['pp']:.1f} tg128 {p['tg']:.1f}",
+        print(f"{label}: tandem {pp} {t['pp']:.1f} {tg} {t['tg']:.1f} | llama.cpp {pp} {p['pp']:.1f} {tg} {p['tg']:.1f}",
               file=sys.stderr)
-    lines = ["| model | size | tandem pp512 | llama.cpp pp512 | ratio | tandem tg128 | llama.cpp tg128 | ratio | tandem decode GB/s | % of read BW |",
+    lines = [f"| model | size | tandem {pp} | llama.cpp {pp} | ratio | tandem {tg} | llama.cpp {tg} | ratio | tandem decode GB/s | % of read BW |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for label, size, t, p in rows:
         lines.append(f"| {label} | {size / 2**20:.0f} MiB | {t['pp']:.1f} | {p['pp']:.1f} | {t['pp'] / p['pp']:.2f}x | "
@@ -181,8 +189,8 @@ def main():
                    f"{bw:.1f} GB/s (median pass) at start, {tg_probe:.1f} GB/s between the decode repetitions "
                    f"(what % of read BW divides by). Each figure is the mean of {a.rounds} alternating rounds of "
                    f"{a.reps} repetitions.\n"
-                   f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} --json` and "
-                   f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -o json` "
+                   f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} -d {a.depth} --json` and "
+                   f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -d {a.depth} -o json` "
                    f"(peer: llama.cpp vendored in llama-cpp-python, built by bench/compare.py).\n\n{table}\n\n")
         results_md.add_section(section)
     return 0
