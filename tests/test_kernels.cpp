@@ -449,51 +449,59 @@ TEST(Kernels, SiluMulMatchesScalarAtEveryIsa) {
 
 // Attention against a direct evaluation of softmax(q k^T / sqrt(d)) v with GQA, for head sizes
 // the AVX-512 kernel takes (64, 128) and one it leaves to the generic path (8), F32 and F16
-// caches, and more keys than one 16-lane vector. Each query row alone gives the same floats
-// as the rows together (how work is grouped never changes a result).
+// caches, and more keys than one 16-lane vector. Rows past one key segment (256 keys) merge
+// their segments: rows on both sides of the boundary, three segments, and few rows (decode's
+// items split by segment over threads) as well as many (a row's segments on one thread).
+// Each query row alone gives the same floats as the rows together (how work is grouped never
+// changes a result).
 TEST(Kernels, AttentionMatchesDirectFormula) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  for (int hd : {8, 64, 128})
-    for (DType kv_type : {DType::F32, DType::F16}) {
-      const AttentionShape s{6, 2, hd};
-      const int64_t n_ctx = 40, pos0 = 21, n_q = 19, kvd = 2 * hd, qd = 6 * hd;
-      std::vector<float> k(n_ctx * kvd), v(n_ctx * kvd), q(n_q * qd), out(n_q * qd), one(qd);
-      for (auto* vec : {&k, &v, &q})
-        for (auto& e : *vec) e = nd(rng);
-      std::vector<uint16_t> k16(k.size()), v16(v.size());
-      for (size_t j = 0; j < k.size(); j++) {
-        k16[j] = fp32_to_fp16(k[j]), v16[j] = fp32_to_fp16(v[j]);
-        if (kv_type == DType::F16) k[j] = fp16_to_fp32(k16[j]), v[j] = fp16_to_fp32(v16[j]);
-      }
-      const void* kc = kv_type == DType::F16 ? (const void*)k16.data() : k.data();
-      const void* vc = kv_type == DType::F16 ? (const void*)v16.data() : v.data();
-      for (Isa isa : supported_isas()) {
-        const auto kern = CpuKernels::for_isa(isa);
-        attention(q.data(), kc, vc, kv_type, n_q, pos0, s, out.data(), kern);
-        for (int64_t i = 0; i < n_q; i++) {
-          attention(q.data() + i * qd, kc, vc, kv_type, 1, pos0 + i, s, one.data(), kern);
-          for (int64_t j = 0; j < qd; j++) ASSERT_EQ(one[j], out[i * qd + j]) << "row " << i << " alone, " << isa_name(isa);
-          for (int h = 0; h < 6; h++) {
-            const int kvh = h / 3;
-            std::vector<double> sc(pos0 + i + 1);
-            double mx = -1e30, sum = 0;
-            for (int64_t t = 0; t <= pos0 + i; t++) {
-              double d = 0;
-              for (int j = 0; j < hd; j++) d += q[i * qd + h * hd + j] * k[t * kvd + kvh * hd + j];
-              sc[t] = d / std::sqrt((double)hd);
-              mx = std::max(mx, sc[t]);
-            }
-            for (auto& e : sc) sum += (e = std::exp(e - mx));
-            for (int j = 0; j < hd; j++) {
-              double o = 0;
-              for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * v[t * kvd + kvh * hd + j];
-              ASSERT_NEAR(out[i * qd + h * hd + j], o, 2e-5) << isa_name(isa) << " head_dim " << hd << " " << dtype_name(kv_type);
+  struct Rows {
+    int64_t n_ctx, pos0, n_q;
+  };
+  for (const Rows rs : {Rows{40, 21, 19}, Rows{280, 250, 19}, Rows{600, 580, 19}, Rows{600, 500, 3}})
+    for (int hd : {8, 64, 128})
+      for (DType kv_type : {DType::F32, DType::F16}) {
+        const AttentionShape s{6, 2, hd};
+        const int64_t n_ctx = rs.n_ctx, pos0 = rs.pos0, n_q = rs.n_q, kvd = 2 * hd, qd = 6 * hd;
+        std::vector<float> k(n_ctx * kvd), v(n_ctx * kvd), q(n_q * qd), out(n_q * qd), one(qd);
+        for (auto* vec : {&k, &v, &q})
+          for (auto& e : *vec) e = nd(rng);
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        for (size_t j = 0; j < k.size(); j++) {
+          k16[j] = fp32_to_fp16(k[j]), v16[j] = fp32_to_fp16(v[j]);
+          if (kv_type == DType::F16) k[j] = fp16_to_fp32(k16[j]), v[j] = fp16_to_fp32(v16[j]);
+        }
+        const void* kc = kv_type == DType::F16 ? (const void*)k16.data() : k.data();
+        const void* vc = kv_type == DType::F16 ? (const void*)v16.data() : v.data();
+        for (Isa isa : supported_isas()) {
+          const auto kern = CpuKernels::for_isa(isa);
+          attention(q.data(), kc, vc, kv_type, n_q, pos0, s, out.data(), kern);
+          for (int64_t i = 0; i < n_q; i++) {
+            attention(q.data() + i * qd, kc, vc, kv_type, 1, pos0 + i, s, one.data(), kern);
+            for (int64_t j = 0; j < qd; j++) ASSERT_EQ(one[j], out[i * qd + j]) << "row " << i << " alone, " << isa_name(isa);
+            for (int h = 0; h < 6; h++) {
+              const int kvh = h / 3;
+              std::vector<double> sc(pos0 + i + 1);
+              double mx = -1e30, sum = 0;
+              for (int64_t t = 0; t <= pos0 + i; t++) {
+                double d = 0;
+                for (int j = 0; j < hd; j++) d += q[i * qd + h * hd + j] * k[t * kvd + kvh * hd + j];
+                sc[t] = d / std::sqrt((double)hd);
+                mx = std::max(mx, sc[t]);
+              }
+              for (auto& e : sc) sum += (e = std::exp(e - mx));
+              for (int j = 0; j < hd; j++) {
+                double o = 0;
+                for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * v[t * kvd + kvh * hd + j];
+                ASSERT_NEAR(out[i * qd + h * hd + j], o, 2e-5)
+                    << isa_name(isa) << " head_dim " << hd << " " << dtype_name(kv_type) << " pos0 " << pos0;
+              }
             }
           }
         }
       }
-    }
 }
 
 }  // namespace

@@ -28,6 +28,50 @@ void in_team(Body body) {
   body();
 }
 
+// A buffer every thread of the team reads and writes: one of them provides it (from its own
+// thread_local storage, kept between calls) and hands the pointer to the others.
+float* team_buffer(size_t n) {
+  thread_local std::vector<float> store;
+  float* p = nullptr;
+  if (omp_in_parallel()) {
+#pragma omp single copyprivate(p)
+    {
+      store.resize(n);
+      p = store.data();
+    }
+  } else {
+    store.resize(n);
+    p = store.data();
+  }
+  return p;
+}
+
+// Key segment sg of a row with n_keys keys: [first, first + count).
+struct Segment {
+  int64_t first, count;
+};
+Segment segment(int64_t n_keys, int64_t sg) {
+  const int64_t first = sg * kAttentionSegmentKeys;
+  return {first, std::min(kAttentionSegmentKeys, n_keys - first)};
+}
+int64_t segments(int64_t n_keys) { return (n_keys + kAttentionSegmentKeys - 1) / kAttentionSegmentKeys; }
+
+// One head's output from its segments' outputs o[sg * o_stride] (each softmax-normalized
+// within its segment) and statistics st[sg * st_stride] = (max, sum of exps): each segment
+// weighs sum * exp(max - overall max), in segment order.
+void merge_segments(int64_t n_seg, const float* o, int64_t o_stride, const float* st, int64_t st_stride, int head_dim,
+                    float* out) {
+  float m = -INFINITY;
+  for (int64_t sg = 0; sg < n_seg; sg++) m = std::max(m, st[sg * st_stride]);
+  float total = 0;
+  for (int64_t sg = 0; sg < n_seg; sg++) total += st[sg * st_stride + 1] * std::exp(st[sg * st_stride] - m);
+  for (int d = 0; d < head_dim; d++) out[d] = 0;
+  for (int64_t sg = 0; sg < n_seg; sg++) {
+    const float w = st[sg * st_stride + 1] * std::exp(st[sg * st_stride] - m) / total;
+    for (int d = 0; d < head_dim; d++) out[d] += w * o[sg * o_stride + d];
+  }
+}
+
 // The one attention body. Query row i (at position pos_of(i)) attends over keys [0, pos_of(i)];
 // rows(i, t, kv_head) returns the K and V row pointers of key t as that query sees them. Both
 // entry points below differ only in that mapping, so they compute the same floats in the same
@@ -45,20 +89,75 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
                                                          : nullptr;
   if (heads) {
     // Work items: a query row's heads that share a KV head, so each K and V row is widened
-    // once for all of them; with few rows (decode), single heads, so threads get even shares.
-    const int per_item = n_q * s.n_kv_head >= 16 ? group : 1;
+    // once for all of them. With few rows (decode) there are too few such items for even
+    // shares: short rows go as single heads, long ones as (heads, key segment) items whose
+    // results a second loop merges.
+    const int64_t max_seg = segments(max_keys);
+    const bool few_rows = n_q * s.n_kv_head < 16;
+    const bool split = few_rows && max_seg > 1;
+    const int per_item = few_rows && !split ? 1 : group;
     const int64_t items_per_row = s.n_head / per_item;
+    const int64_t seg_keys = std::min(max_keys, kAttentionSegmentKeys);
+    const int hd = s.head_dim;
+    // Segment results of split rows: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
+    float* part_o = split ? team_buffer((size_t)(n_q * max_seg * s.n_head * (hd + 2))) : nullptr;
+    float* part_st = split ? part_o + n_q * max_seg * s.n_head * hd : nullptr;
     in_team([&] {
-      std::vector<const uint8_t*> k_rows((size_t)max_keys), v_rows((size_t)max_keys);
-      std::vector<float> scores((size_t)(per_item * max_keys));
+      std::vector<const uint8_t*> k_rows((size_t)seg_keys), v_rows((size_t)seg_keys);
+      std::vector<float> scores((size_t)(per_item * seg_keys));
+      // A whole row's segments, for rows one thread does alone: [max_seg][per_item].
+      const size_t own = split ? 0 : (size_t)(max_seg * per_item);
+      std::vector<float> own_o(own * hd), own_st(own * 2);
+      // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when
+      // the row has one segment and o is its output).
+      auto run = [&](int64_t i, int h0, int64_t sg, float* o, float* st) {
+        const Segment g = segment(pos_of(i) + 1, sg);
+        for (int64_t t = 0; t < g.count; t++)
+          std::tie(k_rows[(size_t)t], v_rows[(size_t)t]) = rows(i, g.first + t, h0 / group);
+        heads(hd, per_item, q + i * q_stride + (int64_t)h0 * hd, k_rows.data(), v_rows.data(), g.count, scale,
+              scores.data(), seg_keys, o, st);
+      };
+      if (split) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t w = 0; w < n_q * items_per_row * max_seg; w++) {
+          const int64_t i = w / (items_per_row * max_seg), sg = w % max_seg;
+          const int h0 = (int)(w / max_seg % items_per_row) * per_item;
+          const int64_t n_seg = segments(pos_of(i) + 1);
+          if (sg >= n_seg) continue;
+          if (n_seg == 1) {
+            run(i, h0, 0, out + i * q_stride + (int64_t)h0 * hd, nullptr);
+          } else {
+            const int64_t at = (i * max_seg + sg) * s.n_head + h0;
+            run(i, h0, sg, part_o + at * hd, part_st + at * 2);
+          }
+        }
+#pragma omp for schedule(static)
+        for (int64_t w = 0; w < n_q * s.n_head; w++) {
+          const int64_t i = w / s.n_head;
+          const int h = (int)(w % s.n_head);
+          const int64_t n_seg = segments(pos_of(i) + 1);
+          if (n_seg == 1) continue;
+          const int64_t at = i * max_seg * s.n_head + h;
+          merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
+                         out + i * q_stride + (int64_t)h * hd);
+        }
+        return;
+      }
 #pragma omp for schedule(dynamic, 2)
       for (int64_t w = 0; w < n_q * items_per_row; w++) {
         const int64_t i = w / items_per_row;
         const int h0 = (int)(w % items_per_row) * per_item;
-        const int64_t n_keys = pos_of(i) + 1;
-        for (int64_t t = 0; t < n_keys; t++) std::tie(k_rows[(size_t)t], v_rows[(size_t)t]) = rows(i, t, h0 / group);
-        const int64_t at = i * q_stride + (int64_t)h0 * s.head_dim;
-        heads(s.head_dim, per_item, q + at, k_rows.data(), v_rows.data(), n_keys, scale, scores.data(), max_keys, out + at);
+        const int64_t n_seg = segments(pos_of(i) + 1);
+        float* o = out + i * q_stride + (int64_t)h0 * hd;
+        if (n_seg == 1) {
+          run(i, h0, 0, o, nullptr);
+          continue;
+        }
+        for (int64_t sg = 0; sg < n_seg; sg++)
+          run(i, h0, sg, own_o.data() + sg * per_item * hd, own_st.data() + sg * per_item * 2);
+        for (int h = 0; h < per_item; h++)
+          merge_segments(n_seg, own_o.data() + h * hd, per_item * hd, own_st.data() + h * 2, per_item * 2, hd,
+                         o + h * hd);
       }
     });
     return;

@@ -8,6 +8,8 @@
 
 namespace tandem::cpu {
 
+constexpr int64_t kAttentionSegmentKeys = 256;
+
 struct AttentionShape {
   int n_head = 0;
   int n_kv_head = 0;  // n_head / n_kv_head query heads share one K,V head (GQA)
@@ -17,18 +19,26 @@ struct AttentionShape {
 // For query rows i in [0, n_q) at position pos0 + i, attends over cached positions
 // [0, pos0 + i] (causal). q: [n_q, n_head * head_dim]; k, v: [n_ctx, n_kv_head * head_dim]
 // of kv_type (F32 or F16); out: [n_q, n_head * head_dim]. Scores live in a per-thread
-// buffer of one row, never as a full [n_q, n_ctx] matrix. Like matmul_group, inside a
-// parallel region every thread of the team must call it (the work is shared among them).
+// buffer of one key segment, never as a full [n_q, n_ctx] matrix. Like matmul_group, inside
+// a parallel region every thread of the team must call it (the work is shared among them).
+//
+// With the SIMD kernels, a row with more than kAttentionSegmentKeys keys attends to each
+// segment of that many keys on its own and the segments' results are merged by their softmax
+// statistics (flash-decoding): decode's few heads then split over threads by segment. Where
+// the segments start depends only on the key count, so a row gives the same floats alone, in
+// a prefill batch, or decoded.
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
 
 // n_heads consecutive query heads (q: [n_heads, head_dim]) that share one KV head, whose key t
 // has its K row at k_rows[t] and V row at v_rows[t] (head_dim elements of the cache type):
 // out[h] = softmax(q[h] . K^T * scale) V for each head. scores: [n_heads, scores_stride]
-// scratch, scores_stride >= n_keys. A head's result does not depend on n_heads.
+// scratch, scores_stride >= n_keys. stats: nullptr, or [n_heads, 2] receiving each head's
+// largest scaled score m and sum of exp(score - m), which merging the results of several key
+// segments needs. A head's result does not depend on n_heads.
 using AttendHeadsFn = void (*)(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows,
                                const uint8_t* const* v_rows, int64_t n_keys, float scale, float* scores,
-                               int64_t scores_stride, float* out);
+                               int64_t scores_stride, float* out, float* stats);
 // AVX-512 (attention_avx512.cpp), head_dim 64 or 128, F16 or F32 cache; nullptr otherwise.
 AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim);
 // AVX2 (attention_avx2.cpp), the same shapes and cache types; nullptr otherwise.

@@ -21,8 +21,8 @@ namespace tandem::cpu {
 
 namespace {
 
-// In-place softmax of s[0, n).
-void softmax16(float* s, int64_t n) {
+// In-place softmax of s[0, n); stat (if set) gets the max and the sum of exps.
+void softmax16(float* s, int64_t n, float* stat) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
   int64_t t = 0;
   for (; t + 16 <= n; t += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
@@ -40,7 +40,9 @@ void softmax16(float* s, int64_t n) {
     _mm512_mask_storeu_ps(s + t, tail, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  const float total = _mm512_reduce_add_ps(sum);
+  if (stat) stat[0] = _mm512_cvtss_f32(m), stat[1] = total;
+  const __m512 inv = _mm512_set1_ps(1.0f / total);
   for (t = 0; t + 16 <= n; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(_mm512_loadu_ps(s + t), inv));
   if (t < n) _mm512_mask_storeu_ps(s + t, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + t), inv));
 }
@@ -80,7 +82,7 @@ inline __m512 fold4(__m512 g, __m512 h) { return _mm512_add_ps(_mm512_shuffle_ps
 // NV vectors per head, HC heads at once.
 template <bool F16, int NV, int HC>
 void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
-           float* scores, int64_t scores_stride, float* out) {
+           float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int D = 16 * NV;
   const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (int64_t t0 = 0; t0 < n_keys; t0 += 16) {
@@ -104,7 +106,7 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
       _mm512_mask_storeu_ps(scores + h * scores_stride + t0, valid,
                             _mm512_mul_ps(_mm512_permutexvar_ps(key_order, s8[h]), _mm512_set1_ps(scale)));
   }
-  for (int h = 0; h < HC; h++) softmax16(scores + h * scores_stride, n_keys);
+  for (int h = 0; h < HC; h++) softmax16(scores + h * scores_stride, n_keys, stats ? stats + 2 * h : nullptr);
   __m512 o[HC][NV];
   for (int h = 0; h < HC; h++)
     for (int v = 0; v < NV; v++) o[h][v] = _mm512_setzero_ps();
@@ -122,39 +124,40 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
 
 template <bool F16, int NV>
 void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
-             float scale, float* scores, int64_t scores_stride, float* out) {
+             float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int kMax = NV <= 4 ? 4 : 2;  // HC x NV accumulators plus NV row vectors fit in 32 registers
   constexpr int D = 16 * NV;
   for (int h0 = 0; h0 < n_heads; h0 += kMax) {
     const float* qh = q + h0 * D;
     float* sh = scores + h0 * scores_stride;
     float* oh = out + h0 * D;
+    float* st = stats ? stats + 2 * h0 : nullptr;
     switch (std::min(kMax, n_heads - h0)) {
-      case 1: heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
-      case 2: heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
-      case 3: heads<F16, NV, (kMax >= 3 ? 3 : 1)>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
-      default: heads<F16, NV, kMax>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh); break;
+      case 1: heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      case 2: heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      case 3: heads<F16, NV, (kMax >= 3 ? 3 : 1)>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      default: heads<F16, NV, kMax>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
     }
   }
 }
 
 template <bool F16>
 void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
+              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   switch (head_dim) {
-    case 64: return heads_n<F16, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
-    case 128: return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+    case 64: return heads_n<F16, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 128: return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     default: return;
   }
 }
 
 void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
-  dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
+  dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
 }
 void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out) {
-  dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out);
+               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
+  dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
 }
 
 }  // namespace
