@@ -3,12 +3,13 @@
 // best_isa() is Avx2.
 //
 // The AVX-512 kernel's method at 8 lanes: a key row is widened once for all the
-// heads it serves, a head's score is one FMA chain over head_dim / 8 vectors
-// and a fixed reduction (8 keys folded together in three levels), its softmax a
-// vector exp; the value pass keeps a chunk of each head's output in registers
-// across the value rows (16 registers do not hold whole heads). Every head's
-// floats come from its own chains only, so grouping heads or query rows
-// differently never changes a result.
+// heads it serves, a head's score is two FMA chains (even and odd vectors) over
+// head_dim / 8 vectors and a fixed reduction (8 keys folded together in three
+// levels), its softmax a vector exp; the value pass keeps a chunk of each head's
+// output in registers across the value rows (16 registers do not hold whole
+// heads), as two chains (even and odd keys). Every head's floats come from its
+// own chains only, so grouping heads or query rows differently never changes a
+// result.
 #include "kernels/cpu/attention.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -69,7 +70,8 @@ inline __m256 load8(const uint8_t* row, int v) {
 }
 
 // Each head's 8 lane sums of key t's dot product (keys past the end give
-// zeros).
+// zeros): even and odd vectors in two chains, added at the end (half the
+// latency of one chain, which held the score pass back).
 template <bool F16, int NV, int HC>
 inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
   if (t >= n_keys) {
@@ -77,12 +79,20 @@ inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, i
     return;
   }
   const uint8_t* row = k_rows[t];
-  __m256 k = load8<F16>(row, 0);
-  for (int h = 0; h < HC; h++) acc[h] = _mm256_mul_ps(k, _mm256_loadu_ps(q + h * 8 * NV));
-  for (int v = 1; v < NV; v++) {
-    k = load8<F16>(row, v);
-    for (int h = 0; h < HC; h++) acc[h] = _mm256_fmadd_ps(k, _mm256_loadu_ps(q + h * 8 * NV + 8 * v), acc[h]);
+  __m256 odd[HC];
+  __m256 k0 = load8<F16>(row, 0), k1 = load8<F16>(row, 1);
+  for (int h = 0; h < HC; h++) {
+    acc[h] = _mm256_mul_ps(k0, _mm256_loadu_ps(q + h * 8 * NV));
+    odd[h] = _mm256_mul_ps(k1, _mm256_loadu_ps(q + h * 8 * NV + 8));
   }
+  for (int v = 2; v < NV; v += 2) {
+    k0 = load8<F16>(row, v), k1 = load8<F16>(row, v + 1);
+    for (int h = 0; h < HC; h++) {
+      acc[h] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q + h * 8 * NV + 8 * v), acc[h]);
+      odd[h] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q + h * 8 * NV + 8 * v + 8), odd[h]);
+    }
+  }
+  for (int h = 0; h < HC; h++) acc[h] = _mm256_add_ps(acc[h], odd[h]);
 }
 
 // Horizontal sums of 8 keys' lane vectors in three folds, each halving every
@@ -125,32 +135,51 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
                           _mm256_mul_ps(_mm256_permutevar8x32_ps(s4[h], key_order), _mm256_set1_ps(scale)));
   }
   for (int h = 0; h < HC; h++) softmax8(scores + h * scores_stride, n_keys, stats ? stats + 2 * h : nullptr);
-  constexpr int VC = HC <= 2 ? 4 : 2;  // output vectors per head held across the value rows
+  // Each output element is two chains, over even and over odd keys, added at the end: with
+  // VC output vectors per head held in registers, one chain per element left the pass waiting
+  // on FMA latency.
+  constexpr int VC = HC == 1 ? 4 : 2;  // output vectors per head per pass (x2 chains)
   static_assert(NV % VC == 0);
   // The passes over chunks of the output go block by block of keys, so a block's V rows
   // stay in L1 for all of them (passes over every key re-read each row from L2 or beyond:
-  // decode at 4096 keys spent ~46% of this kernel there). The output waits in `out`
-  // between blocks; each element is still one chain over the keys in order.
-  constexpr int64_t kValueBlock = 64;
+  // decode at 4096 keys spent ~46% of this kernel there). Between blocks the even chains
+  // wait in `out`, the odd ones in `odd`.
+  constexpr int64_t kValueBlock = 64;  // even, so a key's chain is its own parity
+  alignas(32) float odd[HC * D];
   for (int64_t b0 = 0; b0 < n_keys; b0 += kValueBlock) {
     const int64_t b1 = std::min(n_keys, b0 + kValueBlock);
     for (int v0 = 0; v0 < NV; v0 += VC) {
-      __m256 o[HC][VC];
+      __m256 oe[HC][VC], oo[HC][VC];
       for (int h = 0; h < HC; h++)
-        for (int v = 0; v < VC; v++)
-          o[h][v] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + h * D + 8 * (v0 + v));
-      for (int64_t t = b0; t < b1; t++) {
+        for (int v = 0; v < VC; v++) {
+          const int at = h * D + 8 * (v0 + v);
+          oe[h][v] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out + at);
+          oo[h][v] = b0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(odd + at);
+        }
+      auto key = [&](int64_t t, __m256(&o)[HC][VC]) {
         __m256 x[VC];
         for (int v = 0; v < VC; v++) x[v] = load8<F16>(v_rows[t], v0 + v);
         for (int h = 0; h < HC; h++) {
           const __m256 p = _mm256_broadcast_ss(scores + h * scores_stride + t);
           for (int v = 0; v < VC; v++) o[h][v] = _mm256_fmadd_ps(p, x[v], o[h][v]);
         }
+      };
+      int64_t t = b0;
+      for (; t + 2 <= b1; t += 2) {
+        key(t, oe);
+        key(t + 1, oo);
       }
+      if (t < b1) key(t, oe);  // the last key, when n_keys is odd: an even index
       for (int h = 0; h < HC; h++)
-        for (int v = 0; v < VC; v++) _mm256_storeu_ps(out + h * D + 8 * (v0 + v), o[h][v]);
+        for (int v = 0; v < VC; v++) {
+          const int at = h * D + 8 * (v0 + v);
+          _mm256_storeu_ps(out + at, oe[h][v]);
+          _mm256_store_ps(odd + at, oo[h][v]);
+        }
     }
   }
+  for (int i = 0; i < HC * D; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_load_ps(odd + i)));
 }
 
 template <bool F16, int NV>
