@@ -103,6 +103,57 @@ TEST(ForwardBatch, EqualsEachSequenceAlone) {
   EXPECT_FALSE(m->forward_batch(*pool, bad, tables).ok());
 }
 
+// Past one attention segment (256 keys), with a head size the SIMD attention kernels take (64):
+// a 300-token prompt and a short one, prefilled and decoded together through the block pool,
+// give exactly the logits each gives alone through its contiguous cache; and the decode step
+// (its row's segments split over threads) equals prefilling that token with the prompt (the
+// row's segments on one thread).
+TEST(ForwardBatch, LongSequenceEqualsAloneAcrossAttentionSegments) {
+  test::TinyShape shape;
+  shape.n_embd = 128, shape.n_head = 2, shape.n_kv_head = 1, shape.n_ctx = 512, shape.weight_type = DType::Q8_0;
+  auto loaded = LlamaModel::from_gguf(test::tiny_model_file(shape));
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  LlamaModel& m = *loaded.value();
+  ASSERT_EQ(m.config().head_dim, 64);
+  std::vector<int32_t> long_prompt(300);
+  for (size_t t = 0; t < long_prompt.size(); t++) long_prompt[t] = (int32_t)((t * 37 + 11) % 96);
+  const std::vector<std::vector<int32_t>> prompts = {long_prompt, {4, 8, 15, 16, 23}};
+  const int64_t V = m.config().n_vocab;
+  std::vector<std::vector<float>> alone_prefill, alone_decode;
+  for (const auto& p : prompts) {
+    auto kv = m.new_kv_cache(320, DType::F16);
+    auto r = m.prefill(kv.value(), p);
+    ASSERT_TRUE(r.ok());
+    alone_prefill.emplace_back(r->begin(), r->end());
+    auto d = m.decode(kv.value(), 42);
+    ASSERT_TRUE(d.ok());
+    alone_decode.emplace_back(d->begin(), d->end());
+  }
+  std::vector<int32_t> with_next = long_prompt;
+  with_next.push_back(42);
+  auto kv = m.new_kv_cache(320, DType::F16);
+  auto once = m.prefill(kv.value(), with_next);
+  ASSERT_TRUE(once.ok());
+  for (int64_t v = 0; v < V; v++) ASSERT_EQ((*once)[v], alone_decode[0][v]) << "decode step vs one prefill";
+  auto pool = pool_for(m, 96, 16);
+  std::vector<std::vector<int32_t>> tables(prompts.size());
+  for (size_t s = 0; s < prompts.size(); s++)
+    for (size_t k = 0; k < (prompts[s].size() + 1 + 15) / 16; k++) tables[s].push_back(pool->allocate());
+  std::vector<BatchEntry> batch;
+  for (size_t s = 0; s < prompts.size(); s++)
+    for (size_t t = 0; t < prompts[s].size(); t++) batch.push_back({prompts[s][t], (int64_t)t, (int)s, t + 1 == prompts[s].size()});
+  auto out = m.forward_batch(*pool, batch, tables);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  for (size_t s = 0; s < prompts.size(); s++)
+    for (int64_t v = 0; v < V; v++) ASSERT_EQ((*out)[s * V + v], alone_prefill[s][v]) << "sequence " << s;
+  std::vector<BatchEntry> step;
+  for (size_t s = 0; s < prompts.size(); s++) step.push_back({42, (int64_t)prompts[s].size(), (int)s, true});
+  auto dec = m.forward_batch(*pool, step, tables);
+  ASSERT_TRUE(dec.ok());
+  for (size_t s = 0; s < prompts.size(); s++)
+    for (int64_t v = 0; v < V; v++) ASSERT_EQ((*dec)[s * V + v], alone_decode[s][v]) << "sequence " << s;
+}
+
 // Greedy continuation of a prompt, one sequence at a time through the contiguous cache.
 std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int n) {
   GenerationConfig cfg;
