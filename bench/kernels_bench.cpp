@@ -84,7 +84,8 @@ void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
   st.SetBytesProcessed(st.iterations() * (int64_t)rows.size());
 }
 
-// One packed F16 group of 16 rows x 8 tokens (prefill) or x 1 token (decode), float activations.
+// One packed F16 group of 16 rows x 128 tokens (a prefill chunk, one call), x 8, or x 1 token
+// (decode), float activations; st.range(0) columns.
 void BM_PackedFloatGemm(benchmark::State& st, Isa isa, int tokens) {
   const int64_t C = st.range(0);
   std::mt19937 rng(6);
@@ -197,8 +198,11 @@ int register_all() {
     for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
     if (packed_float_gemm_kernel(DType::F16, isa)) {
-      benchmark::RegisterBenchmark(("packed_float_16x8/F16" + at).c_str(), BM_PackedFloatGemm, isa, 8)->Arg(256)->Arg(576)->Arg(1536)->Arg(2048);
-      benchmark::RegisterBenchmark(("packed_float_16x1/F16" + at).c_str(), BM_PackedFloatGemm, isa, 1);
+      for (int tokens : {128, 8, 1})  // the argument: columns (SmolLM2-135M's, Llama-3.2-1B's)
+        benchmark::RegisterBenchmark(("packed_float_16x" + std::to_string(tokens) + "/F16" + at).c_str(), BM_PackedFloatGemm,
+                                     isa, tokens)
+            ->Arg(576)
+            ->Arg(2048);
     }
     benchmark::RegisterBenchmark(("f32_tile_2x4" + at).c_str(), BM_F32Tile, isa);
     benchmark::RegisterBenchmark(("quantize_act" + at).c_str(), BM_QuantizeAct, isa);

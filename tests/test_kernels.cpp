@@ -336,6 +336,8 @@ TEST(Kernels, PackedFloatGemmExactAcrossTokenCountsAndIsas) {
   std::normal_distribution<float> nd;
   for (DType t : {DType::F16, DType::BF16}) {
     const int64_t rows = 21, cols = 70;  // a partial second group
+    // Prefill hands a whole token chunk to one call, so counts run past every kernel's pass.
+    constexpr int kTokens = 20;
     std::vector<uint16_t> raw(rows * cols);
     auto bf16 = [](float f) {  // truncation: any bf16 will do
       uint32_t b;
@@ -348,14 +350,14 @@ TEST(Kernels, PackedFloatGemmExactAcrossTokenCountsAndIsas) {
     const auto packed = pack_float_rows(t, bytes, rows, cols, cols * 2);
     const size_t gbytes = packed_float_group_bytes(t, cols);
     ASSERT_EQ(gbytes, (size_t)cols * 2 * kPackRows) << "a group is exactly its rows' bytes";
-    std::vector<float> x(kPackMaxTokens * cols);
+    std::vector<float> x(kTokens * cols);
     for (auto& e : x) e = nd(rng);
     // The scalar twin agrees with a plain double-precision dot within rounding.
-    std::vector<float> ref(kPackMaxTokens * rows);
+    std::vector<float> ref(kTokens * rows);
     for (int64_t g = 0; g < 2; g++)
-      packed_float_gemm_scalar(t, packed.get() + g * gbytes, cols, x.data(), cols, kPackMaxTokens,
+      packed_float_gemm_scalar(t, packed.get() + g * gbytes, cols, x.data(), cols, kTokens,
                                ref.data() + g * kPackRows, rows, (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));
-    for (int j = 0; j < kPackMaxTokens; j++)
+    for (int j = 0; j < kTokens; j++)
       for (int64_t r = 0; r < rows; r++) {
         double plain = 0;
         for (int64_t c = 0; c < cols; c++) {
@@ -367,8 +369,8 @@ TEST(Kernels, PackedFloatGemmExactAcrossTokenCountsAndIsas) {
     for (Isa isa : supported_isas()) {
       const PackedFloatGemmFn f = packed_float_gemm_kernel(t, isa);
       if (!f) continue;
-      for (int n = 1; n <= kPackMaxTokens; n++) {
-        std::vector<float> got(kPackMaxTokens * rows + 1, -7.0f);  // sentinel past the end
+      for (int n = 1; n <= kTokens; n++) {
+        std::vector<float> got(kTokens * rows + 1, -7.0f);  // sentinel past the end
         for (int64_t g = 0; g < 2; g++)
           f(packed.get() + g * gbytes, cols, x.data(), cols, n, got.data() + g * kPackRows, rows,
             (int)std::min<int64_t>(kPackRows, rows - g * kPackRows));

@@ -31,18 +31,21 @@ constexpr int64_t kDynamicMinTiles = 256;
 constexpr int64_t kDynamicChunksPerThread = 32;
 
 // Rows [r0, r0 + nr) (whole 16-row groups) of packed w against tokens [t0, t1) of xq (quant
-// types) or X (float types): up to 8 tokens per kernel call.
+// types: up to 8 tokens per kernel call) or X (float types: all of them in one call, so the
+// AVX2 kernel's 3-token passes run whole: 8-token calls left every fourth pass at 2 tokens).
 void packed_tile(const WeightMatrix& w, int64_t r0, int64_t nr, const float* X, const BlockQ8Act* xq, int64_t nb,
                  int64_t t0, int64_t t1, float* out) {
   for (int64_t g = r0; g < r0 + nr; g += kPackRows) {
     const uint8_t* group = w.packed.get() + (g / kPackRows) * w.packed_group_bytes;
     const int valid = (int)std::min<int64_t>(kPackRows, w.rows - g);
+    if (w.packed_float_gemm) {
+      w.packed_float_gemm(group, w.cols, X + t0 * w.cols, w.cols, (int)(t1 - t0), out + t0 * w.rows + (g - r0), w.rows,
+                          valid);
+      continue;
+    }
     for (int64_t t = t0; t < t1; t += kPackMaxTokens) {
       const int n = (int)std::min<int64_t>(kPackMaxTokens, t1 - t);
-      if (w.packed_float_gemm)
-        w.packed_float_gemm(group, w.cols, X + t * w.cols, w.cols, n, out + t * w.rows + (g - r0), w.rows, valid);
-      else
-        w.packed_gemm(group, w.cols, xq + t * nb, nb, n, out + t * w.rows + (g - r0), w.rows, valid);
+      w.packed_gemm(group, w.cols, xq + t * nb, nb, n, out + t * w.rows + (g - r0), w.rows, valid);
     }
   }
 }

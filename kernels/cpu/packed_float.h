@@ -30,8 +30,9 @@ size_t packed_float_group_bytes(DType type, int64_t cols);
 std::shared_ptr<uint8_t[]> pack_float_rows(DType type, const uint8_t* data, int64_t rows, int64_t cols,
                                            size_t row_bytes);
 
-// out[t * out_stride + r] = row r of the group . x[t * x_stride .. + cols), t < n_tokens (1..8),
-// r < valid_rows (1..16).
+// out[t * out_stride + r] = row r of the group . x[t * x_stride .. + cols), t < n_tokens (any
+// count from 1: prefill hands a whole token chunk to one call, so each kernel picks its own
+// passes), r < valid_rows (1..16).
 using PackedFloatGemmFn = void (*)(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride,
                                    int n_tokens, float* out, int64_t out_stride, int valid_rows);
 // nullptr where the type or ISA has none.

@@ -7,6 +7,8 @@
 // FMA pipes busy; with 1 token (decode) the two chains and the stream keep up with memory.
 #include "kernels/cpu/packed_float.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/packed_quant.h"
 
 #if defined(__AVX512F__)
@@ -46,7 +48,7 @@ void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, 
 }
 
 template <DType T>
-void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
+void gemm_8(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
     case 1: return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
@@ -58,6 +60,15 @@ void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride
     case 7: return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
     default: return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
   }
+}
+
+// Passes of up to 8 tokens (one accumulator pair each), each reading the group from cache.
+template <DType T>
+void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
+            int64_t out_stride, int valid_rows) {
+  for (int t0 = 0; t0 < n_tokens; t0 += 8)
+    gemm_8<T>(group, cols, x + t0 * x_stride, x_stride, std::min(8, n_tokens - t0), out + t0 * out_stride,
+              out_stride, valid_rows);
 }
 
 }  // namespace
