@@ -100,8 +100,10 @@ class Budget {
   };
   int max_run_depth() const { return limits_.max_nesting * 4; }
 
-  // `container` received `item`; remembered when item is a list or dict (see ~Budget).
+  // `container` received `item`: its string is a copy that lives on, so its bytes count; a list
+  // or dict item is shared, and the container is remembered (see ~Budget).
   void note_insert(const Value& container, const Value& item) {
+    spend(item.s.size() + item.taint.size() * sizeof(item.taint[0]));
     if (!item.is_container()) return;
     const void* key = container.arr ? (const void*)container.arr.get() : (const void*)container.obj.get();
     if (key && seen_.insert(key).second) mutated_.push_back(container);

@@ -308,19 +308,19 @@ size_t find_text(const std::string& haystack, const std::string& needle, size_t 
 Array items_of(const Value& v, Budget& budget) {
   Array out;
   if (v.is_array()) {
-    budget.step((int64_t)v.arr->size());
     budget.allocate_items(v.arr->size(), "list");
+    budget.step((int64_t)v.arr->size());
     return *v.arr;
   }
   if (v.is_object()) {
-    budget.step((int64_t)v.obj->size());
     budget.allocate_items(v.obj->size(), "list of keys");
+    budget.step((int64_t)v.obj->size());
     out.reserve(v.obj->size());
     for (const auto& kv : *v.obj) out.push_back(key_value(v, kv.first));
   } else if (v.is_string()) {
     const size_t n = char_count(v.s);
-    budget.step((int64_t)n);
     budget.allocate_items(n, "list of characters");
+    budget.step((int64_t)n);
     out.reserve(n);
     for (size_t i = 0; i < v.s.size();) {
       const size_t len = char_len(v.s, i);

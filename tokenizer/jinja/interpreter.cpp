@@ -106,7 +106,6 @@ class Interpreter {
     const Value seq = eval(*n.expr, scope);
     if (!seq.is_array() && !seq.is_object() && !seq.is_string() && !seq.is_undefined() && !seq.is_none())
       fail(n.line, std::string("cannot loop over a ") + seq.type_name());
-    Array items = items_of(seq, budget_);  // dicts give their keys, strings characters
     // Bind the loop variables of one item in `s`.
     auto bind = [&](Scope& s, const Value& item) {
       if (n.targets.size() == 1) {
@@ -116,23 +115,31 @@ class Interpreter {
       if (!item.is_array() || item.arr->size() != n.targets.size()) fail(n.line, "cannot unpack the loop item");
       for (size_t k = 0; k < n.targets.size(); k++) s.vars[n.targets[k]] = (*item.arr)[k];
     };
+    // A list is visited in place, by index (no copy per loop: nested loops over the messages
+    // stay cheap); dicts give their keys and strings their characters, as a new list.
+    std::shared_ptr<Array> items = seq.is_array() ? seq.arr : std::make_shared<Array>(items_of(seq, budget_));
     if (n.cond) {
       Array kept;
-      for (const Value& item : items) {
+      for (size_t k = 0; k < items->size(); k++) {
         budget_.step();
+        const Value item = (*items)[k];
         Scope s{{}, &scope};
         bind(s, item);
-        if (eval(*n.cond, s).truthy()) kept.push_back(item);
+        if (eval(*n.cond, s).truthy()) {
+          budget_.grow_list(kept.size() + 1, "filtered loop items");
+          kept.push_back(item);
+        }
       }
-      items.swap(kept);
+      items = std::make_shared<Array>(std::move(kept));
     }
-    if (items.empty()) {
+    if (items->empty()) {
       Scope s{{}, &scope};
       exec(n.else_body, s, out);
       return Flow::Normal;
     }
     // One `loop` object per loop, advanced in place each iteration, as Jinja's LoopContext.
-    const int64_t len = (int64_t)items.size();
+    const int64_t len = (int64_t)items->size();
+    auto item_at = [&](int64_t k) { return k >= 0 && k < (int64_t)items->size() ? (*items)[(size_t)k] : Value(); };
     auto index = std::make_shared<int64_t>(0);
     Value loop{Object{{"index", Value()}, {"index0", Value()}, {"revindex", Value()}, {"revindex0", Value()},
                       {"first", Value()}, {"last", Value()}, {"length", Value(len)}, {"previtem", Value()},
@@ -141,7 +148,11 @@ class Interpreter {
                              if (a.empty()) throw Error("loop.cycle() needs arguments");
                              return a[(size_t)*index % a.size()];
                            }));
-    for (int64_t k = 0; k < len; k++) {
+    // Each iteration starts with only the loop variables in its scope; the scope object is
+    // reused (cleared only when the body set something) because empty loops must be cheap.
+    Scope s{{}, &scope};
+    // The body may shrink the list it walks (pop): stop where it ends.
+    for (int64_t k = 0; k < len && k < (int64_t)items->size(); k++) {
       budget_.step();  // an empty body still costs a step per iteration
       *index = k;
       Object& o = *loop.obj;
@@ -151,11 +162,11 @@ class Interpreter {
       o[3].second = Value(len - k - 1);
       o[4].second = Value(k == 0);
       o[5].second = Value(k == len - 1);
-      o[7].second = k > 0 ? items[(size_t)k - 1] : Value();
-      o[8].second = k + 1 < len ? items[(size_t)k + 1] : Value();
-      Scope s{{}, &scope};
-      bind(s, items[(size_t)k]);
-      s.vars["loop"] = loop;
+      o[7].second = item_at(k - 1);
+      o[8].second = k + 1 < len ? item_at(k + 1) : Value();
+      if (s.vars.size() > n.targets.size() + 1) s.vars.clear();
+      bind(s, item_at(k));
+      if (k == 0 || s.vars.size() <= n.targets.size()) s.vars["loop"] = loop;
       if (exec(n.body, s, out) == Flow::Break) break;
     }
     return Flow::Normal;
@@ -224,7 +235,11 @@ class Interpreter {
       case Expr::Kind::List: {
         budget_.allocate_items(e.items.size(), "list");
         Array a;
-        for (const ExprPtr& x : e.items) a.push_back(eval(*x, scope));
+        a.reserve(e.items.size());
+        for (const ExprPtr& x : e.items) {
+          a.push_back(eval(*x, scope));
+          budget_.spend(a.back().s.size());  // a copy of the string lives in the list
+        }
         return Value(std::move(a));
       }
       case Expr::Kind::Dict: {
@@ -234,7 +249,9 @@ class Interpreter {
           const Value key = to_str(eval(*e.items[k], scope), budget_);
           if (!key.taint.empty()) o.data = true;  // a key from request data
           budget_.step((int64_t)o.obj->size());
-          o.set(key.s, eval(*e.items[k + 1], scope));
+          Value v = eval(*e.items[k + 1], scope);
+          budget_.spend(v.s.size());
+          o.set(key.s, std::move(v));
         }
         return o;
       }
@@ -310,10 +327,20 @@ class Interpreter {
     if ((uint64_t)n > max / str.s.size())
       fail(line, "string repetition of " + std::to_string(str.s.size()) + " bytes x " + std::to_string(n) +
                      " is over the limit of " + std::to_string(max) + " bytes (max_value_bytes)");
-    budget_.step(n / 64 + 1);
-    StringBuilder out(budget_, "string repetition");
-    for (int64_t k = 0; k < n; k++) out.append_str(str);
-    return out.take();
+    const size_t total = str.s.size() * (size_t)n;
+    budget_.allocate(total, "string repetition");
+    std::string out = str.s;  // doubled: a few memcpys, however many copies
+    out.reserve(total);
+    while (out.size() * 2 <= total) out.append(out);
+    out.append(out, 0, total - out.size());
+    ByteSpans taint;
+    if (str.taint == taint_whole(str.s.size())) {
+      taint = taint_whole(total);
+    } else if (!str.taint.empty()) {
+      budget_.step(n);
+      for (int64_t k = 0; k < n; k++) taint_append(taint, str.taint, (size_t)k * str.s.size());
+    }
+    return Value(std::move(out), std::move(taint));
   }
 
   [[noreturn]] void overflow(const Expr& e, const Value& a, const Value& b) {

@@ -19,8 +19,9 @@ struct Limits {
   size_t max_value_bytes = size_t{16} << 20;
   // The rendered prompt.
   size_t max_output_bytes = size_t{16} << 20;
-  // Every string and list a render creates, added up (bounds memory held at once, too).
-  size_t max_total_bytes = size_t{256} << 20;
+  // Every string and list a render creates or copies into a list, dict or loop, added up
+  // (bounds the memory held at once, too).
+  size_t max_total_bytes = size_t{512} << 20;
   // Wall time of one render, checked as steps are counted: a render ends on its own by then.
   std::chrono::milliseconds max_time{2000};
   // Template syntax (brackets, operators, statements), request JSON and values (printed,
