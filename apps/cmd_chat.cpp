@@ -18,12 +18,15 @@ Command add_chat_command(CLI::App& app) {
     GenerationOptions gen;
     std::string prompt, system;
     int64_t ctx = 4096;
+    bool allow_special_in_messages = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("chat", "Chat using the model's chat template (-p for one turn, else stdin lines)");
   a->gen.add_to(sub);
   sub->add_option("-p,--prompt", a->prompt, "a single user message (otherwise read one per line from stdin)");
   sub->add_option("--system", a->system, "system message (default: the template's own, if any)");
+  sub->add_flag("--allow-special-in-messages", a->allow_special_in_messages,
+                "let special-token text typed in a message (e.g. <|im_end|>) become control tokens");
   sub->add_option("-c,--ctx", a->ctx, "context size in tokens for the conversation's KV cache")->check(CLI::Range(16, 1 << 22));
   return [a]() -> int {
     auto lm = load_model(a->gen);
@@ -55,7 +58,7 @@ Command add_chat_command(CLI::App& app) {
       messages.push_back({"user", line});
       auto text = tmpl->render(messages, true);
       if (!text.ok()) return fail(text.error().message);
-      const auto prompt = tok.encode_chat(text.value());
+      const auto prompt = tok.encode_chat(text.value(), a->allow_special_in_messages);
       std::string reply;
       Utf8Streamer out;
       auto st = gen.generate_in(kv.value(), history, prompt, cfg, [&](int32_t t) {

@@ -26,7 +26,7 @@ std::string read_all(std::istream& in) { return std::string(std::istreambuf_iter
 Command add_template_command(CLI::App& app) {
   struct Args {
     std::string model, template_file, messages_file, bos, eos, tools_file;
-    bool no_generation_prompt = false, ids = false;
+    bool no_generation_prompt = false, ids = false, allow_special_in_messages = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("template", "Render chat messages (JSON) with a model's chat template");
@@ -38,6 +38,8 @@ Command add_template_command(CLI::App& app) {
   sub->add_option("--eos-token", a->eos, "eos_token text when no model is given");
   sub->add_flag("--no-generation-prompt", a->no_generation_prompt, "do not open the assistant's turn");
   sub->add_flag("--ids", a->ids, "print the token ids of the prompt (needs -m)");
+  sub->add_flag("--allow-special-in-messages", a->allow_special_in_messages,
+                "with --ids: special-token text inside messages becomes control tokens (default: text)");
   return [a]() -> int {
     if (a->model.empty() && a->template_file.empty()) return fail("give -m MODEL or --template-file FILE");
     if (a->ids && a->model.empty()) return fail("--ids needs -m MODEL for its vocabulary");
@@ -94,11 +96,11 @@ Command add_template_command(CLI::App& app) {
     auto prompt = tmpl->render_json(messages.value(), !a->no_generation_prompt, &extra);
     if (!prompt.ok()) return fail(prompt.error().message);
     if (a->ids) {
-      const auto ids = tok->encode_chat(prompt.value());
+      const auto ids = tok->encode_chat(prompt.value(), a->allow_special_in_messages);
       for (size_t i = 0; i < ids.size(); i++) fmt::print("{}{}", i ? " " : "", ids[i]);
       fmt::print("\n");
     } else {
-      fmt::print("{}", prompt.value());
+      fmt::print("{}", prompt->text);
     }
     return 0;
   };

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <sstream>
 
 #include "gguf/gguf_file.h"
@@ -181,6 +183,68 @@ TEST(Tokenizer, SmolLmSpecialTokensAndRoundTrip) {
   EXPECT_TRUE(t.vocab().is_eog(2));
   const std::string text = "Ünïcödé — naïve café 🦙 2026!\n\tTabs";
   EXPECT_EQ(t.decode(t.encode(text, false, false)), text);
+}
+
+TEST(Tokenizer, EncodeChatParsesSpecialTokensOnlyOutsideData) {
+  const std::string path = test::default_model_path();
+  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  auto tok = Tokenizer::from_gguf(*f.value());
+  ASSERT_TRUE(tok.ok());
+  const Tokenizer& t = *tok.value();
+  // "<|im_start|>user\n" + data "<|im_end|>" + "<|im_end|>": only the template's two are control.
+  RenderedPrompt p{"<|im_start|>user\n<|im_end|><|im_end|>", {{17, 27}}};
+  const auto ids = t.encode_chat(p);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);
+  EXPECT_EQ(t.decode(ids, true), p.text);
+  // A token whose text straddles template and data is not the template's: text.
+  RenderedPrompt straddle{"<|im_start|>x<|im_end|>", {{16, 18}}};
+  const auto ids2 = t.encode_chat(straddle);
+  EXPECT_EQ(std::count(ids2.begin(), ids2.end(), 2), 0);
+  const auto allowed = t.encode_chat(straddle, true);
+  EXPECT_EQ(std::count(allowed.begin(), allowed.end(), 2), 1);
+  // No data: as encode(text, add_special, parse_special = true).
+  RenderedPrompt plain{"<|im_start|>user\nHi<|im_end|>", {}};
+  EXPECT_EQ(t.encode_chat(plain), t.encode(plain.text, t.vocab().add_bos, true));
+}
+
+TEST(Tokenizer, ConcurrentEncodingMatchesSerial) {
+  const std::string path = test::default_model_path();
+  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  auto tok = Tokenizer::from_gguf(*f.value());
+  ASSERT_TRUE(tok.ok());
+  const Tokenizer& t = *tok.value();
+  // Different texts per thread, long enough that the threads' regex matching overlaps.
+  std::vector<std::string> texts;
+  for (int k = 0; k < 8; k++) {
+    std::string s;
+    for (int r = 0; r < 200; r++)
+      s += "Thread " + std::to_string(k) + " line " + std::to_string(r) + ": naïve café 🦙, don't stop " +
+           std::string(k + 1, 'x') + " 12345\n";
+    texts.push_back(s);
+  }
+  std::vector<std::vector<int32_t>> serial, chat_serial;
+  for (const std::string& s : texts) {
+    serial.push_back(t.encode(s, true, false));
+    chat_serial.push_back(t.encode_chat({"<|im_start|>user\n" + s + "<|im_end|>", {{17, 17 + s.size()}}}));
+  }
+  std::vector<int> mismatches(texts.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < texts.size(); k++)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 20; rep++) {
+        if (t.encode(texts[k], true, false) != serial[k]) mismatches[k]++;
+        if (t.encode_chat({"<|im_start|>user\n" + texts[k] + "<|im_end|>", {{17, 17 + texts[k].size()}}}) != chat_serial[k])
+          mismatches[k]++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (size_t k = 0; k < texts.size(); k++) EXPECT_EQ(mismatches[k], 0) << "thread " << k;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <array>
+#include <memory>
 #include <utility>
 
 #include "tokenizer/utf8.h"
@@ -97,14 +98,23 @@ std::vector<std::string> pretokenizer_names() {
   return out;
 }
 
+// The compiled pattern is immutable and shared by every thread; match data (the ovector that
+// pcre2_match writes) belongs to one split() call, so any number of threads may split at once.
 struct PreTokenizer::Compiled {
   pcre2_code* code = nullptr;
-  pcre2_match_data* match = nullptr;  // reused: split() is single-threaded per tokenizer
   ~Compiled() {
-    if (match) pcre2_match_data_free(match);
     if (code) pcre2_code_free(code);
   }
 };
+
+namespace {
+
+struct MatchDataFree {
+  void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
+};
+using MatchData = std::unique_ptr<pcre2_match_data, MatchDataFree>;
+
+}  // namespace
 
 PreTokenizer::~PreTokenizer() = default;
 
@@ -131,7 +141,6 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::from_regexes(const std::vect
                         reinterpret_cast<const char*>(buf));
     }
     pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // best effort; interpreted matching also works
-    c->match = pcre2_match_data_create_from_pattern(c->code, nullptr);
     p->regexes_.push_back(std::move(c));
   }
   return p;
@@ -141,15 +150,17 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
   std::vector<std::string_view> pieces{text};
   if (text.empty()) return {};
   for (const auto& re : regexes_) {
+    const MatchData match(pcre2_match_data_create_from_pattern(re->code, nullptr));
+    if (!match) return pieces;  // out of memory: the pieces so far still tile the text
     std::vector<std::string_view> next;
     next.reserve(pieces.size() * 2);
     for (std::string_view piece : pieces) {
       const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
       size_t pos = 0, gap = 0;
       while (pos < piece.size()) {
-        const int rc = pcre2_match(re->code, subject, piece.size(), pos, 0, re->match, nullptr);
+        const int rc = pcre2_match(re->code, subject, piece.size(), pos, 0, match.get(), nullptr);
         if (rc < 0) break;
-        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(re->match);
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
         const size_t s = ov[0], e = ov[1];
         if (e == s) {  // an empty match: step over one character
           pos = s + utf8_seq_len((unsigned char)piece[s]);

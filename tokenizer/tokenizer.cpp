@@ -120,14 +120,33 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(Vocab vocab) {
   return t;
 }
 
-std::vector<int32_t> Tokenizer::encode_chat(std::string_view text) const {
-  std::vector<int32_t> ids = encode(text, vocab_.add_bos, true);
+std::vector<int32_t> Tokenizer::encode_chat(const RenderedPrompt& prompt, bool allow_special_in_messages) const {
+  const ByteSpans* data = allow_special_in_messages || prompt.data_spans.empty() ? nullptr : &prompt.data_spans;
+  std::vector<int32_t> ids = encode_text(prompt.text, vocab_.add_bos, true, data);
   if (vocab_.add_bos && ids.size() >= 2 && ids[0] == vocab_.bos && ids[1] == vocab_.bos) ids.erase(ids.begin());
   return ids;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
-  // Special tokens first, longest first, so "<|im_start|>" is never split by the regexes.
+  return encode_text(text, add_special, parse_special, nullptr);
+}
+
+namespace {
+
+// True when [begin, end) shares a byte with one of the sorted, disjoint spans.
+bool overlaps(const ByteSpans& spans, size_t begin, size_t end) {
+  auto it = std::upper_bound(spans.begin(), spans.end(), begin,
+                             [](size_t pos, const std::pair<size_t, size_t>& s) { return pos < s.second; });
+  return it != spans.end() && it->first < end;
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode_text(std::string_view text, bool add_special, bool parse_special,
+                                            const ByteSpans* data) const {
+  // Special tokens first, longest first, so "<|im_start|>" is never split by the regexes. Only
+  // whole special tokens are cut out: the text between them (template text and request data
+  // alike) is pre-tokenized as one piece, exactly as without data spans.
   std::vector<Fragment> frags;
   if (!text.empty()) frags.push_back({-1, text});  // empty text has no fragment (no lone space prefix)
   for (int32_t id : special_tokens_) {
@@ -140,13 +159,21 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
         next.push_back(f);
         continue;
       }
+      // In request data only user-defined tokens match: a control token there is text.
+      const bool check_data = data && ty != TokenType::UserDefined;
       size_t pos = 0;
-      for (size_t hit; (hit = f.text.find(st, pos)) != std::string_view::npos;) {
+      for (size_t hit, from = 0; (hit = f.text.find(st, from)) != std::string_view::npos;) {
+        const size_t at = (size_t)(f.text.data() - text.data()) + hit;
+        if (check_data && overlaps(*data, at, at + st.size())) {
+          from = hit + 1;
+          continue;
+        }
         if (hit > pos) next.push_back({-1, f.text.substr(pos, hit - pos)});
         next.push_back({id, {}});
         pos = hit + st.size();
         if (vocab_.rstrip[id])  // the token swallows the whitespace after it
           while (pos < f.text.size() && std::isspace((unsigned char)f.text[pos])) pos++;
+        from = pos;
       }
       if (pos < f.text.size()) next.push_back({-1, f.text.substr(pos)});
     }

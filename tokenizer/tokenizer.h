@@ -1,6 +1,8 @@
 // Text <-> token ids for a GGUF vocabulary: byte-level BPE with a regex pre-tokenizer
 // (GPT-2, Llama 3, SmolLM, ...) or SentencePiece-style merges by score with byte fallback
 // (Llama 2). Special tokens in the text are matched first when asked to.
+// A Tokenizer is immutable once created: encode() and encode_chat() may run on many threads at
+// once (each call owns its scratch, including the regex match data).
 #pragma once
 
 #include <memory>
@@ -10,6 +12,7 @@
 
 #include "core/error.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/rendered_prompt.h"
 #include "tokenizer/vocab.h"
 
 namespace tandem {
@@ -24,9 +27,13 @@ class Tokenizer {
   // add_special: BOS/EOS as the vocabulary asks. parse_special: text like "<|im_start|>"
   // becomes its control token (user-defined tokens always match).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
-  // A rendered chat template: special tokens parsed, BOS added as the vocabulary asks unless
-  // the template already wrote it (Llama 3, Gemma and Phi-3 templates emit {{ bos_token }}).
-  std::vector<int32_t> encode_chat(std::string_view text) const;
+  // A rendered chat template: special tokens parsed where the template wrote them, BOS added as
+  // the vocabulary asks unless the template already wrote it (Llama 3, Gemma and Phi-3 templates
+  // emit {{ bos_token }}). Bytes in prompt.data_spans came from the request: there only
+  // user-defined tokens match (as in encode(..., parse_special = false)), so "<|im_end|>" typed
+  // by a user stays text; allow_special_in_messages parses control tokens there too (the old,
+  // forgeable behaviour, for callers who trust every message).
+  std::vector<int32_t> encode_chat(const RenderedPrompt& prompt, bool allow_special_in_messages = false) const;
 
   // The bytes a token stands for; control tokens give their text only when `special`.
   std::string token_to_piece(int32_t id, bool special = false) const;
@@ -34,6 +41,8 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(Vocab v) : vocab_(std::move(v)) {}
+  // encode() with special-token matching restricted to text outside `data` (null: none is data).
+  std::vector<int32_t> encode_text(std::string_view text, bool add_special, bool parse_special, const ByteSpans* data) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, std::vector<int32_t>& out) const;

@@ -18,6 +18,7 @@ struct Expr {
   enum class Kind { Literal, Name, List, Dict, Attr, Index, Slice, Call, Filter, Test, Unary, Binary, Ternary };
   Kind kind;
   int line = 0;
+  int depth = 1;                // levels of expression below and including this one (bounded by the parser)
   Value literal;                // Literal
   std::string name;             // Name; Attr member; Filter/Test name; Unary/Binary operator
   std::vector<ExprPtr> items;   // List items; Dict keys and values interleaved; call/filter/test args

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 
 namespace tandem::jinja {
@@ -27,37 +29,44 @@ struct Scope {
 
 enum class Flow { Normal, Break, Continue };
 
+[[noreturn]] void fail(int line, const std::string& what) { throw Error("line " + std::to_string(line) + ": " + what); }
+
+// Python's int ** int for a non-negative exponent, by squaring; past int64 is an error.
+int64_t int_power(int64_t base, int64_t exp, int line) {
+  int64_t result = 1;
+  const int64_t b0 = base, e0 = exp;
+  auto overflow = [&] { fail(line, "integer overflow in " + std::to_string(b0) + " ** " + std::to_string(e0)); };
+  while (true) {
+    if ((exp & 1) && __builtin_mul_overflow(result, base, &result)) overflow();
+    exp >>= 1;
+    if (exp == 0) return result;
+    if (__builtin_mul_overflow(base, base, &base)) overflow();
+  }
+}
+
 class Interpreter {
  public:
-  Interpreter(const Limits& limits) : limits_(limits) {}
+  explicit Interpreter(Budget& budget) : budget_(budget) {}
 
-  void run(const Body& body, Scope& scope, std::string& out) {
+  void run(const Body& body, Scope& scope, StringBuilder& out) {
     if (exec(body, scope, out) != Flow::Normal) throw Error("break or continue outside a loop");
   }
 
  private:
-  [[noreturn]] static void fail(int line, const std::string& what) {
-    throw Error("line " + std::to_string(line) + ": " + what);
-  }
-
-  void step(int line) {
-    if (++steps_ > limits_.max_steps) fail(line, "template runs too long");
-  }
-
-  Flow exec(const Body& body, Scope& scope, std::string& out) {
+  Flow exec(const Body& body, Scope& scope, StringBuilder& out) {
     for (const NodePtr& n : body) {
       const Flow f = exec(*n, scope, out);
       if (f != Flow::Normal) return f;
-      if (out.size() > limits_.max_output_bytes) fail(n->line, "template output too large");
     }
     return Flow::Normal;
   }
 
-  Flow exec(const Node& n, Scope& scope, std::string& out) {
-    step(n.line);
+  Flow exec(const Node& n, Scope& scope, StringBuilder& out) {
+    const Budget::Nest nest(budget_);
+    budget_.step();
     switch (n.kind) {
-      case Node::Kind::Text: out += n.text; return Flow::Normal;
-      case Node::Kind::Output: out += eval(*n.expr, scope).str(); return Flow::Normal;
+      case Node::Kind::Text: out.append(n.text); return Flow::Normal;
+      case Node::Kind::Output: out.append_str(to_str(eval(*n.expr, scope), budget_)); return Flow::Normal;
       case Node::Kind::If:
         for (const auto& [cond, body] : n.branches)
           if (!cond || eval(*cond, scope).truthy()) return exec(body, scope, out);
@@ -68,6 +77,7 @@ class Interpreter {
         if (!n.attr.empty()) {
           const Value* target = scope.find(n.text);
           if (!target || !target->is_object()) fail(n.line, "cannot set '" + n.attr + "' on '" + n.text + "'");
+          budget_.note_insert(*target, v);
           Value(*target).set(n.attr, std::move(v));
         } else if (!n.targets.empty()) {
           if (!v.is_array() || v.arr->size() != n.targets.size()) fail(n.line, "cannot unpack into the set targets");
@@ -78,10 +88,10 @@ class Interpreter {
         return Flow::Normal;
       }
       case Node::Kind::SetBlock: {
-        std::string captured;
+        StringBuilder captured(budget_, "{% set %} block");
         Scope inner{{}, &scope};
         exec(n.body, inner, captured);
-        scope.vars[n.text] = Value(captured);
+        scope.vars[n.text] = captured.take();
         return Flow::Normal;
       }
       case Node::Kind::Macro: scope.vars[n.text] = make_macro(n, scope); return Flow::Normal;
@@ -92,16 +102,10 @@ class Interpreter {
     return Flow::Normal;
   }
 
-  Flow exec_for(const Node& n, Scope& scope, std::string& out) {
+  Flow exec_for(const Node& n, Scope& scope, StringBuilder& out) {
     const Value seq = eval(*n.expr, scope);
-    Array items;
-    if (seq.is_array() || seq.is_object() || seq.is_string()) {
-      Args none;
-      Kwargs no_kw;
-      items = *apply_filter("list", seq, none, no_kw).arr;  // dicts give their keys, strings characters
-    } else if (!seq.is_undefined() && !seq.is_none()) {
+    if (!seq.is_array() && !seq.is_object() && !seq.is_string() && !seq.is_undefined() && !seq.is_none())
       fail(n.line, std::string("cannot loop over a ") + seq.type_name());
-    }
     // Bind the loop variables of one item in `s`.
     auto bind = [&](Scope& s, const Value& item) {
       if (n.targets.size() == 1) {
@@ -111,38 +115,58 @@ class Interpreter {
       if (!item.is_array() || item.arr->size() != n.targets.size()) fail(n.line, "cannot unpack the loop item");
       for (size_t k = 0; k < n.targets.size(); k++) s.vars[n.targets[k]] = (*item.arr)[k];
     };
+    // A list is visited in place, by index (no copy per loop: nested loops over the messages
+    // stay cheap); dicts give their keys and strings their characters, as a new list.
+    std::shared_ptr<Array> items = seq.is_array() ? seq.arr : std::make_shared<Array>(items_of(seq, budget_));
     if (n.cond) {
       Array kept;
-      for (const Value& item : items) {
+      for (size_t k = 0; k < items->size(); k++) {
+        budget_.step();
+        const Value item = (*items)[k];
         Scope s{{}, &scope};
         bind(s, item);
-        if (eval(*n.cond, s).truthy()) kept.push_back(item);
+        if (eval(*n.cond, s).truthy()) {
+          budget_.grow_list(kept.size() + 1, "filtered loop items");
+          kept.push_back(item);
+        }
       }
-      items.swap(kept);
+      items = std::make_shared<Array>(std::move(kept));
     }
-    if (items.empty()) {
+    if (items->empty()) {
       Scope s{{}, &scope};
       exec(n.else_body, s, out);
       return Flow::Normal;
     }
-    const int64_t len = (int64_t)items.size();
-    for (int64_t k = 0; k < len; k++) {
-      Scope s{{}, &scope};
-      bind(s, items[(size_t)k]);
-      Object loop = {{"index", Value(k + 1)},
-                     {"index0", Value(k)},
-                     {"revindex", Value(len - k)},
-                     {"revindex0", Value(len - k - 1)},
-                     {"first", Value(k == 0)},
-                     {"last", Value(k == len - 1)},
-                     {"length", Value(len)},
-                     {"previtem", k > 0 ? items[(size_t)k - 1] : Value()},
-                     {"nextitem", k + 1 < len ? items[(size_t)k + 1] : Value()}};
-      loop.emplace_back("cycle", Value::function([k](Args& a, Kwargs&) -> Value {
-                          if (a.empty()) throw Error("loop.cycle() needs arguments");
-                          return a[(size_t)k % a.size()];
-                        }));
-      s.vars["loop"] = Value(std::move(loop));
+    // One `loop` object per loop, advanced in place each iteration, as Jinja's LoopContext.
+    const int64_t len = (int64_t)items->size();
+    auto item_at = [&](int64_t k) { return k >= 0 && k < (int64_t)items->size() ? (*items)[(size_t)k] : Value(); };
+    auto index = std::make_shared<int64_t>(0);
+    Value loop{Object{{"index", Value()}, {"index0", Value()}, {"revindex", Value()}, {"revindex0", Value()},
+                      {"first", Value()}, {"last", Value()}, {"length", Value(len)}, {"previtem", Value()},
+                      {"nextitem", Value()}}};
+    loop.obj->emplace_back("cycle", Value::function([index](Args& a, Kwargs&) -> Value {
+                             if (a.empty()) throw Error("loop.cycle() needs arguments");
+                             return a[(size_t)*index % a.size()];
+                           }));
+    // Each iteration starts with only the loop variables in its scope; the scope object is
+    // reused (cleared only when the body set something) because empty loops must be cheap.
+    Scope s{{}, &scope};
+    // The body may shrink the list it walks (pop): stop where it ends.
+    for (int64_t k = 0; k < len && k < (int64_t)items->size(); k++) {
+      budget_.step();  // an empty body still costs a step per iteration
+      *index = k;
+      Object& o = *loop.obj;
+      o[0].second = Value(k + 1);
+      o[1].second = Value(k);
+      o[2].second = Value(len - k);
+      o[3].second = Value(len - k - 1);
+      o[4].second = Value(k == 0);
+      o[5].second = Value(k == len - 1);
+      o[7].second = item_at(k - 1);
+      o[8].second = k + 1 < len ? item_at(k + 1) : Value();
+      if (s.vars.size() > n.targets.size() + 1) s.vars.clear();
+      bind(s, item_at(k));
+      if (k == 0 || s.vars.size() <= n.targets.size()) s.vars["loop"] = loop;
       if (exec(n.body, s, out) == Flow::Break) break;
     }
     return Flow::Normal;
@@ -151,7 +175,14 @@ class Interpreter {
   Value make_macro(const Node& n, const Scope& defined_in) {
     const Scope* root = &defined_in;  // macros are defined at the top level; they see its variables
     return Value::function([this, &n, root](Args& args, Kwargs& kw) -> Value {
-      if (++depth_ > limits_.max_call_depth) fail(n.line, "macro calls nest too deep");
+      const Budget::Nest nest(budget_);
+      struct Call {
+        int& depth;
+        explicit Call(int& d) : depth(++d) {}
+        ~Call() { --depth; }
+      } call(calls_);
+      if (calls_ > budget_.limits().max_call_depth)
+        fail(n.line, "macro calls nested deeper than " + std::to_string(budget_.limits().max_call_depth) + " (max_call_depth)");
       Scope s{{}, root};
       s.vars[n.text] = root->find(n.text) ? *root->find(n.text) : Value();
       for (size_t k = 0; k < n.params.size(); k++) {
@@ -162,10 +193,9 @@ class Interpreter {
         if (v.is_undefined() && def) v = eval(*def, s);
         s.vars[pname] = v;
       }
-      std::string out;
+      StringBuilder out(budget_, "macro output");
       exec(n.body, s, out);
-      depth_--;
-      return Value(out);
+      return out.take();
     });
   }
 
@@ -181,18 +211,21 @@ class Interpreter {
       const int64_t k = key.i < 0 ? key.i + n : key.i;
       return k >= 0 && k < n ? (*obj.arr)[(size_t)k] : Value();
     }
-    if (obj.is_object()) return obj.get(key.str());
+    if (obj.is_object()) {
+      budget_.step((int64_t)obj.obj->size());
+      return obj.get(to_str(key, budget_).s);
+    }
     if (obj.is_string() && key.kind == Value::Kind::Int) {
-      Value one = key;
-      Value next(key.i + 1);
-      if (key.i == -1) return slice(obj, &one, nullptr, nullptr);
-      return slice(obj, &one, &next, nullptr);
+      if (key.i == INT64_MAX) return Value(std::string());
+      const Value one = key, next(key.i + 1);
+      return slice(obj, &one, key.i == -1 ? nullptr : &next, nullptr, budget_);
     }
     return Value();  // undefined, as Jinja's subscript of a missing item
   }
 
   Value eval(const Expr& e, Scope& scope) {
-    step(e.line);
+    const Budget::Nest nest(budget_);
+    budget_.step();
     switch (e.kind) {
       case Expr::Kind::Literal: return e.literal;
       case Expr::Kind::Name: {
@@ -200,24 +233,44 @@ class Interpreter {
         return v ? *v : Value();
       }
       case Expr::Kind::List: {
+        budget_.allocate_items(e.items.size(), "list");
         Array a;
-        for (const ExprPtr& x : e.items) a.push_back(eval(*x, scope));
+        a.reserve(e.items.size());
+        for (const ExprPtr& x : e.items) {
+          a.push_back(eval(*x, scope));
+          budget_.spend(a.back().s.size());  // a copy of the string lives in the list
+        }
         return Value(std::move(a));
       }
       case Expr::Kind::Dict: {
+        budget_.allocate_items(e.items.size() / 2, "dict");
         Value o{Object{}};
-        for (size_t k = 0; k + 1 < e.items.size(); k += 2) o.set(eval(*e.items[k], scope).str(), eval(*e.items[k + 1], scope));
+        for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
+          const Value key = to_str(eval(*e.items[k], scope), budget_);
+          if (!key.taint.empty()) o.data = true;  // a key from request data
+          budget_.step((int64_t)o.obj->size());
+          Value v = eval(*e.items[k + 1], scope);
+          budget_.spend(v.s.size());
+          o.set(key.s, std::move(v));
+        }
         return o;
       }
-      case Expr::Kind::Attr: return eval(*e.a, scope).get(e.name);
-      case Expr::Kind::Index: return index(eval(*e.a, scope), eval(*e.b, scope), e.line);
+      case Expr::Kind::Attr: {
+        const Value obj = eval(*e.a, scope);
+        if (obj.is_object()) budget_.step((int64_t)obj.obj->size());
+        return obj.get(e.name);
+      }
+      case Expr::Kind::Index: {
+        const Value obj = eval(*e.a, scope);
+        return index(obj, eval(*e.b, scope), e.line);
+      }
       case Expr::Kind::Slice: {
         const Value obj = eval(*e.a, scope);
         Value lo, hi, st;
         if (e.b) lo = eval(*e.b, scope);
         if (e.c) hi = eval(*e.c, scope);
         if (e.d) st = eval(*e.d, scope);
-        return slice(obj, e.b ? &lo : nullptr, e.c ? &hi : nullptr, e.d ? &st : nullptr);
+        return slice(obj, e.b ? &lo : nullptr, e.c ? &hi : nullptr, e.d ? &st : nullptr, budget_);
       }
       case Expr::Kind::Call: {
         Args args;
@@ -226,7 +279,7 @@ class Interpreter {
           const Value obj = eval(*e.a->a, scope);
           if (has_method(obj, e.a->name)) {
             eval_args(e, scope, args, kw);
-            return call_method(obj, e.a->name, args, kw);
+            return call_method(obj, e.a->name, args, kw, budget_);
           }
         }
         const Value fn = eval(*e.a, scope);
@@ -239,22 +292,25 @@ class Interpreter {
         Kwargs kw;
         const Value v = eval(*e.a, scope);
         eval_args(e, scope, args, kw);
-        return apply_filter(e.name, v, args, kw);
+        return apply_filter(e.name, v, args, kw, budget_);
       }
       case Expr::Kind::Test: {
         Args args;
         Kwargs kw;
         const Value v = eval(*e.a, scope);
         eval_args(e, scope, args, kw);
-        return Value(apply_test(e.name, v, args) != e.negated);
+        return Value(apply_test(e.name, v, args, budget_) != e.negated);
       }
       case Expr::Kind::Unary: {
         const Value v = eval(*e.a, scope);
         if (e.name == "not") return Value(!v.truthy());
         if (!v.is_number()) fail(e.line, "unary " + e.name + " on a " + v.type_name());
         if (e.name == "+") return v;
-        if (v.kind == Value::Kind::Int && v.i != INT64_MIN) return Value(-v.i);
-        return Value(-v.as_double());
+        if (v.kind == Value::Kind::Int) {
+          if (v.i == INT64_MIN) fail(e.line, "integer overflow in -(" + std::to_string(v.i) + ")");
+          return Value(-v.i);
+        }
+        return Value(-v.f);
       }
       case Expr::Kind::Binary: return binary(e, scope);
       case Expr::Kind::Ternary:
@@ -264,60 +320,106 @@ class Interpreter {
     return Value();
   }
 
+  // str * int, sized before it is built.
+  Value repeat(const Value& str, int64_t n, int line) {
+    if (n <= 0 || str.s.empty()) return Value(std::string());
+    const size_t max = budget_.limits().max_value_bytes;
+    if ((uint64_t)n > max / str.s.size())
+      fail(line, "string repetition of " + std::to_string(str.s.size()) + " bytes x " + std::to_string(n) +
+                     " is over the limit of " + std::to_string(max) + " bytes (max_value_bytes)");
+    const size_t total = str.s.size() * (size_t)n;
+    budget_.allocate(total, "string repetition");
+    std::string out = str.s;  // doubled: a few memcpys, however many copies
+    out.reserve(total);
+    while (out.size() * 2 <= total) out.append(out);
+    out.append(out, 0, total - out.size());
+    ByteSpans taint;
+    if (str.taint == taint_whole(str.s.size())) {
+      taint = taint_whole(total);
+    } else if (!str.taint.empty()) {
+      budget_.step(n);
+      for (int64_t k = 0; k < n; k++) taint_append(taint, str.taint, (size_t)k * str.s.size());
+    }
+    return Value(std::move(out), std::move(taint));
+  }
+
+  [[noreturn]] void overflow(const Expr& e, const Value& a, const Value& b) {
+    fail(e.line, "integer overflow in " + a.scalar_str() + " " + e.name + " " + b.scalar_str());
+  }
+
   Value binary(const Expr& e, Scope& scope) {
     const std::string& op = e.name;
     Value l = eval(*e.a, scope);
     if (op == "and") return l.truthy() ? eval(*e.b, scope) : l;
     if (op == "or") return l.truthy() ? l : eval(*e.b, scope);
     const Value r = eval(*e.b, scope);
-    if (op == "==") return Value(l == r);
-    if (op == "!=") return Value(l != r);
-    if (op == "<") return Value(less_than(l, r));
-    if (op == ">") return Value(less_than(r, l));
-    if (op == "<=") return Value(!less_than(r, l));
-    if (op == ">=") return Value(!less_than(l, r));
-    if (op == "~") return Value(l.str() + r.str());
+    if (op == "==") return Value(equals(l, r, budget_));
+    if (op == "!=") return Value(!equals(l, r, budget_));
+    if (op == "<") return Value(less_than(l, r, budget_));
+    if (op == ">") return Value(less_than(r, l, budget_));
+    if (op == "<=") return Value(!less_than(r, l, budget_));
+    if (op == ">=") return Value(!less_than(l, r, budget_));
+    if (op == "~" || (op == "+" && l.is_string() && r.is_string())) {
+      StringBuilder out(budget_, op == "~" ? "~ result" : "string concatenation");
+      out.append_str(to_str(l, budget_));
+      out.append_str(to_str(r, budget_));
+      return out.take();
+    }
     if (op == "in" || op == "not in") {
       bool found = false;
-      if (r.is_string()) found = r.s.find(l.str()) != std::string::npos;
-      else if (r.is_array())
-        for (const Value& x : *r.arr) found = found || x == l;
-      else if (r.is_object()) found = !r.get(l.str()).is_undefined();
+      if (r.is_string()) {
+        found = find_text(r.s, to_str(l, budget_).s) != std::string::npos;
+      } else if (r.is_array()) {
+        for (const Value& x : *r.arr)
+          if ((found = equals(x, l, budget_))) break;
+      } else if (r.is_object()) {
+        budget_.step((int64_t)r.obj->size());
+        found = !r.get(to_str(l, budget_).s).is_undefined();
+      }
       return Value(found != (op == "not in"));
     }
-    if (op == "+") {
-      if (l.is_string() && r.is_string()) return Value(l.s + r.s);
-      if (l.is_array() && r.is_array()) {
-        Array a = *l.arr;
-        a.insert(a.end(), r.arr->begin(), r.arr->end());
-        return Value(std::move(a));
-      }
+    if (op == "+" && l.is_array() && r.is_array()) {
+      budget_.allocate_items(l.arr->size() + r.arr->size(), "list concatenation");
+      budget_.step((int64_t)(l.arr->size() + r.arr->size()));
+      Array a = *l.arr;
+      a.insert(a.end(), r.arr->begin(), r.arr->end());
+      return Value(std::move(a));
     }
-    if (op == "*" && (l.is_string() || r.is_string()) && (l.kind == Value::Kind::Int || r.kind == Value::Kind::Int)) {
-      const std::string& s = l.is_string() ? l.s : r.s;
-      const int64_t n = l.is_string() ? r.i : l.i;
-      if (n > 0 && s.size() * (size_t)n > limits_.max_output_bytes) fail(e.line, "string repetition too large");
-      std::string out;
-      for (int64_t k = 0; k < n; k++) out += s;
-      return Value(out);
-    }
+    if (op == "*" && (l.is_string() || r.is_string()) && (l.kind == Value::Kind::Int || r.kind == Value::Kind::Int))
+      return repeat(l.is_string() ? l : r, l.is_string() ? r.i : l.i, e.line);
     auto num = [](const Value& v) { return v.kind == Value::Kind::Bool ? Value((int64_t)v.b) : v; };
     const Value a = num(l), b = num(r);
     if (!a.is_number() || !b.is_number())
       fail(e.line, "unsupported operand types for " + op + ": " + l.type_name() + " and " + r.type_name());
     const bool ints = a.kind == Value::Kind::Int && b.kind == Value::Kind::Int;
     const double x = a.as_double(), y = b.as_double();
-    int64_t exact = 0;  // integer results that overflow int64 fall back to floats
-    if (op == "+") return ints && !__builtin_add_overflow(a.i, b.i, &exact) ? Value(exact) : Value(x + y);
-    if (op == "-") return ints && !__builtin_sub_overflow(a.i, b.i, &exact) ? Value(exact) : Value(x - y);
-    if (op == "*") return ints && !__builtin_mul_overflow(a.i, b.i, &exact) ? Value(exact) : Value(x * y);
+    int64_t exact = 0;
+    if (op == "+") {
+      if (!ints) return Value(x + y);
+      if (__builtin_add_overflow(a.i, b.i, &exact)) overflow(e, a, b);
+      return Value(exact);
+    }
+    if (op == "-") {
+      if (!ints) return Value(x - y);
+      if (__builtin_sub_overflow(a.i, b.i, &exact)) overflow(e, a, b);
+      return Value(exact);
+    }
+    if (op == "*") {
+      if (!ints) return Value(x * y);
+      if (__builtin_mul_overflow(a.i, b.i, &exact)) overflow(e, a, b);
+      return Value(exact);
+    }
     if (op == "/") {
       if (y == 0) fail(e.line, "division by zero");
       return Value(x / y);
     }
     if (op == "//" || op == "%") {
       if (y == 0) fail(e.line, "division by zero");
-      if (ints && !(a.i == INT64_MIN && b.i == -1)) {  // Python floors toward negative infinity
+      if (ints) {  // Python floors toward negative infinity
+        if (a.i == INT64_MIN && b.i == -1) {
+          if (op == "%") return Value((int64_t)0);
+          overflow(e, a, b);
+        }
         int64_t q = a.i / b.i, m = a.i % b.i;
         if (m != 0 && ((m < 0) != (b.i < 0))) q--, m += b.i;
         return op == "//" ? Value(q) : Value(m);
@@ -325,26 +427,32 @@ class Interpreter {
       const double q = std::floor(x / y);
       return op == "//" ? Value(q) : Value(x - q * y);
     }
-    const double p = std::pow(x, y);
-    if (op == "**") return ints && b.i >= 0 && std::fabs(p) < 9e18 ? Value((int64_t)std::llround(p)) : Value(p);
+    if (op == "**") {
+      if (ints && b.i >= 0) return Value(int_power(a.i, b.i, e.line));
+      if (x == 0 && y < 0) fail(e.line, "division by zero (0 to a negative power)");
+      return Value(std::pow(x, y));
+    }
     fail(e.line, "unknown operator " + op);
   }
 
-  const Limits& limits_;
-  int64_t steps_ = 0;
-  int depth_ = 0;
+  Budget& budget_;
+  int calls_ = 0;
 };
 
 }  // namespace
 
-std::string render(const Body& body, const Object& context, const Limits& limits) {
+RenderedPrompt render(const Body& body, const Object& context, const Limits& limits) {
+  Budget budget(limits);
   Scope globals;
-  for (auto& [k, v] : builtin_globals()) globals.vars[k] = v;
+  for (auto& [k, v] : builtin_globals(budget)) globals.vars[k] = v;
   for (const auto& [k, v] : context) globals.vars[k] = v;
   Scope top{{}, &globals};
-  std::string out;
-  Interpreter(limits).run(body, top, out);
-  return out;
+  StringBuilder out(budget, "template output", true);
+  Interpreter(budget).run(body, top, out);
+  RenderedPrompt p;
+  p.text = out.str();
+  p.data_spans = out.taint();
+  return p;
 }
 
 }  // namespace tandem::jinja

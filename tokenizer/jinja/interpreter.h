@@ -1,19 +1,15 @@
-// Runs a parsed template against a context of variables.
+// Runs a parsed template against a context of variables, within Limits.
 #pragma once
 
-#include <string>
-
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/limits.h"
+#include "tokenizer/rendered_prompt.h"
 
 namespace tandem::jinja {
 
-struct Limits {
-  size_t max_output_bytes = 16u << 20;  // a hostile template cannot fill memory
-  int64_t max_steps = 1'000'000;        // nor loop for ever (real templates take thousands)
-  int max_call_depth = 64;
-};
-
-// Throws Error on a runtime failure (including raise_exception from the template).
-std::string render(const Body& body, const Object& context, const Limits& limits = {});
+// The output text with the spans of it that came from request data (tainted strings in the
+// context, see Value::from_json). Throws Error on a runtime failure: raise_exception from the
+// template, or any limit reached (the message names the limit).
+RenderedPrompt render(const Body& body, const Object& context, const Limits& limits = {});
 
 }  // namespace tandem::jinja

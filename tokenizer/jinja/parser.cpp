@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -17,11 +18,22 @@ struct Segment {
   int line;
 };
 
-int line_at(std::string_view src, size_t pos) {
-  int line = 1;
-  for (size_t k = 0; k < pos && k < src.size(); k++) line += src[k] == '\n';
-  return line;
-}
+// Line numbers of positions asked for in increasing order, counted once through the text.
+class LineCounter {
+ public:
+  explicit LineCounter(std::string_view src) : src_(src) {}
+  int at(size_t pos) {
+    pos = std::min(pos, src_.size());
+    if (pos < counted_) counted_ = 0, line_ = 1;  // never happens in order; stays correct anyway
+    for (; counted_ < pos; counted_++) line_ += src_[counted_] == '\n';
+    return line_;
+  }
+
+ private:
+  std::string_view src_;
+  size_t counted_ = 0;
+  int line_ = 1;
+};
 
 [[noreturn]] void fail(int line, const std::string& what) { throw Error("line " + std::to_string(line) + ": " + what); }
 
@@ -48,9 +60,11 @@ size_t find_close(std::string_view src, size_t from, char type) {
 std::vector<Segment> segment(std::string_view src) {
   if (!src.empty() && src.back() == '\n') src.remove_suffix(src.size() >= 2 && src[src.size() - 2] == '\r' ? 2 : 1);
   std::vector<Segment> out;
+  LineCounter lines(src);
   size_t pos = 0;
   bool strip_all = false, strip_newline = false;  // what the previous tag asks of the next text
   while (true) {
+    const int text_line = lines.at(pos);
     size_t open = pos;
     while ((open = src.find('{', open)) != std::string_view::npos) {
       if (open + 1 < src.size() && (src[open + 1] == '{' || src[open + 1] == '%' || src[open + 1] == '#')) break;
@@ -66,7 +80,7 @@ std::vector<Segment> segment(std::string_view src) {
       else if (!text.empty() && text[0] == '\n') text.erase(0, 1);
     }
     if (open == std::string_view::npos) {
-      if (!text.empty()) out.push_back({Segment::Kind::Text, text, line_at(src, pos)});
+      if (!text.empty()) out.push_back({Segment::Kind::Text, text, text_line});
       break;
     }
     const char type = src[open + 1];
@@ -84,8 +98,8 @@ std::vector<Segment> segment(std::string_view src) {
       }
     }
     if (mod == '-' || mod == '+') inner++;
-    const int line = line_at(src, open);
-    if (!text.empty()) out.push_back({Segment::Kind::Text, text, line_at(src, pos)});
+    const int line = lines.at(open);
+    if (!text.empty()) out.push_back({Segment::Kind::Text, text, text_line});
     const size_t close = find_close(src, inner, type);
     if (close == std::string_view::npos) fail(line, "unclosed tag");
     const bool strip_after = close > inner && src[close - 1] == '-';
@@ -199,9 +213,13 @@ std::vector<Tok> lex(const std::string& code, int line) {
 
 // ---- Expressions, by Jinja's precedence ----
 
+[[noreturn]] void too_deep(int line, int max_nesting) {
+  fail(line, "template nesting deeper than " + std::to_string(max_nesting) + " (max_nesting)");
+}
+
 class ExprParser {
  public:
-  ExprParser(std::vector<Tok> toks, int line) : t_(std::move(toks)), line_(line) {}
+  ExprParser(std::vector<Tok> toks, int line, int max_nesting) : t_(std::move(toks)), line_(line), max_(max_nesting) {}
 
   bool at_end() const { return t_[p_].kind == Tok::Kind::End; }
   bool peek_name(const char* n, size_t ahead = 0) const {
@@ -223,6 +241,7 @@ class ExprParser {
   }
 
   ExprPtr expression(bool ternary = true) {
+    const Deeper deeper(*this);
     ExprPtr e = or_expr();
     while (ternary && peek_name("if")) {
       p_++;
@@ -230,7 +249,7 @@ class ExprParser {
       t->a = std::move(e);
       t->b = or_expr();
       if (accept_name("else")) t->c = expression();
-      e = std::move(t);
+      e = done(std::move(t));
     }
     return e;
   }
@@ -242,10 +261,33 @@ class ExprParser {
     auto list = make(Expr::Kind::List);
     list->items.push_back(std::move(first));
     while (accept_op(",") && !at_end()) list->items.push_back(expression(ternary));
-    return list;
+    return done(std::move(list));
   }
 
  private:
+  // One level of parser recursion (brackets, `not`, signs, conditional chains).
+  struct Deeper {
+    ExprParser& p;
+    explicit Deeper(ExprParser& parser) : p(parser) {
+      if (++p.depth_ > p.max_) too_deep(p.line_, p.max_);
+    }
+    ~Deeper() { --p.depth_; }
+  };
+
+  // A finished node: its depth from its children's. Operator chains (a+b+c..., a.b.c...) are
+  // parsed by loops, not recursion, yet make trees as deep as they are long, which evaluation
+  // and destruction then recurse through: the depth is bounded here.
+  ExprPtr done(ExprPtr e) {
+    int d = 0;
+    for (const Expr* c : {e->a.get(), e->b.get(), e->c.get(), e->d.get()})
+      if (c) d = std::max(d, c->depth);
+    for (const ExprPtr& x : e->items) d = std::max(d, x->depth);
+    for (const auto& kv : e->kwargs) d = std::max(d, kv.second->depth);
+    e->depth = d + 1;
+    if (e->depth > max_) too_deep(line_, max_);
+    return e;
+  }
+
   ExprPtr make(Expr::Kind k) {
     auto e = std::make_unique<Expr>(k);
     e->line = line_;
@@ -256,7 +298,7 @@ class ExprParser {
     e->name = std::move(op);
     e->a = std::move(a);
     e->b = std::move(b);
-    return e;
+    return done(std::move(e));
   }
 
   ExprPtr or_expr() {
@@ -271,10 +313,11 @@ class ExprParser {
   }
   ExprPtr not_expr() {
     if (accept_name("not")) {
+      const Deeper deeper(*this);
       auto e = make(Expr::Kind::Unary);
       e->name = "not";
       e->a = not_expr();
-      return e;
+      return done(std::move(e));
     }
     return compare();
   }
@@ -326,9 +369,11 @@ class ExprParser {
   ExprPtr unary(bool with_filters = true) {
     ExprPtr e;
     if (peek_op("-") || peek_op("+")) {
+      const Deeper deeper(*this);
       e = make(Expr::Kind::Unary);
       e->name = t_[p_++].text;
       e->a = unary(false);
+      e = done(std::move(e));
     } else {
       e = postfix(primary());
     }
@@ -365,7 +410,7 @@ class ExprParser {
         } else {
           a->name = expect_name();
         }
-        e = std::move(a);
+        e = done(std::move(a));
       } else if (accept_op("[")) {
         ExprPtr lo, hi, step;
         bool slice = false;
@@ -381,12 +426,12 @@ class ExprParser {
         x->b = std::move(lo);
         x->c = std::move(hi);
         x->d = std::move(step);
-        e = std::move(x);
+        e = done(std::move(x));
       } else if (accept_op("(")) {
         auto c = make(Expr::Kind::Call);
         c->a = std::move(e);
         call_args(*c);
-        e = std::move(c);
+        e = done(std::move(c));
       } else {
         return e;
       }
@@ -399,10 +444,10 @@ class ExprParser {
       if (accept_op("|")) {
         auto f = make(Expr::Kind::Filter);
         f->name = expect_name();
-        while (accept_op(".")) f->name += "." + expect_name();
+        while (accept_op(".")) f->name.append(".").append(expect_name());
         f->a = std::move(e);
         if (accept_op("(")) call_args(*f);
-        e = std::move(f);
+        e = done(std::move(f));
       } else if (peek_name("is")) {
         p_++;
         auto t = make(Expr::Kind::Test);
@@ -418,7 +463,7 @@ class ExprParser {
               (n.kind == Tok::Kind::Name && !stop.count(n.text)))
             t->items.push_back(postfix(primary()));
         }
-        e = std::move(t);
+        e = done(std::move(t));
       } else if (peek_op("(") || peek_op(".") || peek_op("[")) {
         e = postfix(std::move(e));
       } else {
@@ -463,7 +508,7 @@ class ExprParser {
           break;
         }
       }
-      return e;
+      return done(std::move(e));
     }
     if (t.text == "{") {
       auto e = make(Expr::Kind::Dict);
@@ -476,7 +521,7 @@ class ExprParser {
           break;
         }
       }
-      return e;
+      return done(std::move(e));
     }
     fail(line_, "unexpected '" + t.text + "'");
   }
@@ -484,13 +529,15 @@ class ExprParser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   int line_;
+  int max_;
+  int depth_ = 0;
 };
 
 // ---- Statements ----
 
 class TemplateParser {
  public:
-  explicit TemplateParser(std::vector<Segment> segs) : segs_(std::move(segs)) {}
+  TemplateParser(std::vector<Segment> segs, int max_nesting) : segs_(std::move(segs)), max_(max_nesting) {}
 
   Body parse() {
     std::string stop;
@@ -510,7 +557,7 @@ class TemplateParser {
         out.push_back(std::move(n));
         continue;
       }
-      auto p = std::make_unique<ExprParser>(lex(s.code, s.line), s.line);
+      auto p = std::make_unique<ExprParser>(lex(s.code, s.line), s.line, max_);
       if (s.kind == Segment::Kind::Expr) {
         auto n = node(Node::Kind::Output, s.line);
         n->expr = p->expression();
@@ -538,6 +585,13 @@ class TemplateParser {
   }
 
   NodePtr statement(const std::string& kw, ExprParser& p, int line) {
+    struct Deeper {  // statements inside statements: body() and statement() recurse
+      int& depth;
+      Deeper(int& d, int max, int line) : depth(++d) {
+        if (depth > max) too_deep(line, max);
+      }
+      ~Deeper() { --depth; }
+    } deeper(depth_, max_, line);
     std::string stop;
     if (kw == "if") {
       auto n = node(Node::Kind::If, line);
@@ -625,6 +679,8 @@ class TemplateParser {
   }
 
   std::vector<Segment> segs_;
+  int max_;
+  int depth_ = 0;
   size_t i_ = 0;
   std::unique_ptr<ExprParser> rest_;  // the stopping statement's remaining tokens
   int line_ = 0;
@@ -632,6 +688,6 @@ class TemplateParser {
 
 }  // namespace
 
-Body parse_template(std::string_view source) { return TemplateParser(segment(source)).parse(); }
+Body parse_template(std::string_view source, int max_nesting) { return TemplateParser(segment(source), max_nesting).parse(); }
 
 }  // namespace tandem::jinja

@@ -5,10 +5,13 @@
 #include <string_view>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/limits.h"
 
 namespace tandem::jinja {
 
-// Throws Error (with the line) on a syntax error or an unsupported construct.
-Body parse_template(std::string_view source);
+// Throws Error (with the line) on a syntax error, an unsupported construct, or nesting (of
+// brackets, operators, filters, statements) deeper than max_nesting: the parser and the
+// interpreter recurse on nesting, so it is bounded rather than left to overflow the stack.
+Body parse_template(std::string_view source, int max_nesting = Limits{}.max_nesting);
 
 }  // namespace tandem::jinja

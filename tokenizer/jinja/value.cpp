@@ -6,27 +6,112 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/jinja/budget.h"
+
 namespace tandem::jinja {
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Value from_json_at(const Json& j, int depth, int max_depth) {
+  if (depth > max_depth)
+    throw Error("message JSON nested deeper than " + std::to_string(max_depth) + " (max_nesting)");
+  Value v;
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case Json::value_t::null: v = Value::none(); break;
+    case Json::value_t::boolean: v = Value(j.get<bool>()); break;
+    case Json::value_t::number_integer: v = Value(j.get<int64_t>()); break;
+    case Json::value_t::number_unsigned: {
+      const uint64_t u = j.get<uint64_t>();  // past int64 it stays a number, as a float
+      v = u <= (uint64_t)INT64_MAX ? Value((int64_t)u) : Value((double)u);
+      break;
+    }
+    case Json::value_t::number_float: v = Value(j.get<double>()); break;
+    case Json::value_t::string: return Value::data_string(j.get<std::string>());
+    case Json::value_t::array: {
       Array a;
-      for (const auto& e : j) a.push_back(from_json(e));
-      return Value(std::move(a));
+      a.reserve(j.size());
+      for (const auto& e : j) a.push_back(from_json_at(e, depth + 1, max_depth));
+      v = Value(std::move(a));
+      break;
     }
-    case nlohmann::ordered_json::value_t::object: {
+    case Json::value_t::object: {
       Object o;
-      for (auto it = j.begin(); it != j.end(); ++it) o.emplace_back(it.key(), from_json(it.value()));
-      return Value(std::move(o));
+      o.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it) o.emplace_back(it.key(), from_json_at(it.value(), depth + 1, max_depth));
+      v = Value(std::move(o));
+      break;
     }
-    default: return Value();
+    default: break;
+  }
+  v.data = true;
+  return v;
+}
+
+[[noreturn]] void too_deep(const Budget& budget) {
+  throw Error("value nested deeper than " + std::to_string(budget.limits().max_nesting) + " (max_nesting)");
+}
+
+}  // namespace
+
+Value Value::from_json(const Json& j, int max_depth) { return from_json_at(j, 0, max_depth); }
+
+Value& Value::operator=(Value&& o) noexcept {
+  if (this == &o) return *this;
+  Value moved(std::move(o));  // o may live inside this value's own list
+  release();
+  kind = moved.kind;
+  b = moved.b;
+  data = moved.data;
+  i = moved.i;
+  f = moved.f;
+  s = std::move(moved.s);
+  taint = std::move(moved.taint);
+  arr = std::move(moved.arr);
+  obj = std::move(moved.obj);
+  fn = std::move(moved.fn);
+  return *this;
+}
+
+void Value::release() noexcept {
+  fn.reset();
+  if (!arr && !obj) return;
+  if ((!arr || arr.use_count() > 1) && (!obj || obj.use_count() > 1)) {  // not the last owner
+    arr.reset();
+    obj.reset();
+    return;
+  }
+  // The last owner: take every solely-owned list and dict below out of its parent before the
+  // parent is destroyed, so destruction never recurses past one level.
+  try {
+    std::vector<std::shared_ptr<Array>> arrays;
+    std::vector<std::shared_ptr<Object>> objects;
+    auto take = [&](Value& v) {
+      if (v.arr) {
+        if (v.arr.use_count() == 1) arrays.push_back(std::move(v.arr));
+        else v.arr.reset();
+      }
+      if (v.obj) {
+        if (v.obj.use_count() == 1) objects.push_back(std::move(v.obj));
+        else v.obj.reset();
+      }
+    };
+    take(*this);
+    while (!arrays.empty() || !objects.empty()) {
+      if (!arrays.empty()) {
+        const std::shared_ptr<Array> a = std::move(arrays.back());
+        arrays.pop_back();
+        for (Value& c : *a) take(c);
+      } else {
+        const std::shared_ptr<Object> o = std::move(objects.back());
+        objects.pop_back();
+        for (auto& kv : *o) take(kv.second);
+      }
+    }
+  } catch (...) {  // no memory for the work list: plain destruction
+    arr.reset();
+    obj.reset();
   }
 }
 
@@ -78,140 +163,271 @@ std::string float_repr(double d) {
   return s;
 }
 
-std::string quote_python(const std::string& s) {
+// Appends s with the bytes for which escape() gives a replacement replaced, in runs, so a long
+// string is never copied whole before the size check.
+template <typename EscapeFn>
+void append_escaped(StringBuilder& out, const std::string& s, EscapeFn escape) {
+  size_t run = 0;
+  for (size_t k = 0; k < s.size(); k++) {
+    const char* rep = escape((unsigned char)s[k]);
+    if (!rep) continue;
+    out.append(std::string_view(s).substr(run, k - run));
+    out.append(rep);
+    run = k + 1;
+  }
+  out.append(std::string_view(s).substr(run));
+}
+
+void quote_python(StringBuilder& out, const std::string& s) {
   // Python prefers single quotes unless the text holds one and no double quote.
-  const char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
-  std::string out(1, q);
-  for (char c : s) {
-    if (c == q || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else out += c;
-  }
-  return out + q;
-}
-
-void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
+  const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
+  out.push_back(dq ? '"' : '\'');
+  append_escaped(out, s, [dq](unsigned char c) -> const char* {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += (char)c;  // ensure_ascii=False: UTF-8 passes through
-        }
+      case '\'': return dq ? nullptr : "\\'";
+      case '"': return dq ? "\\\"" : nullptr;
+      case '\\': return "\\\\";
+      case '\n': return "\\n";
+      case '\t': return "\\t";
+      case '\r': return "\\r";
+      default: return nullptr;
     }
-  }
-  out += '"';
+  });
+  out.push_back(dq ? '"' : '\'');
 }
 
-void json_dump(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
+void json_string(StringBuilder& out, const std::string& s) {
+  static const auto controls = [] {  // "\u00XX" for each control byte
+    std::vector<std::string> t(32);
+    for (int c = 0; c < 32; c++) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      t[c] = buf;
+    }
+    return t;
+  }();
+  out.push_back('"');
+  append_escaped(out, s, [](unsigned char c) -> const char* {
+    switch (c) {
+      case '"': return "\\\"";
+      case '\\': return "\\\\";
+      case '\n': return "\\n";
+      case '\r': return "\\r";
+      case '\t': return "\\t";
+      case '\b': return "\\b";
+      case '\f': return "\\f";
+      default: return c < 0x20 ? controls[c].c_str() : nullptr;  // ensure_ascii=False: UTF-8 passes through
+    }
+  });
+  out.push_back('"');
+}
+
+void repr(StringBuilder& out, const Value& v, Budget& budget, int depth) {
+  if (depth > budget.limits().max_nesting) too_deep(budget);
+  budget.step();
+  switch (v.kind) {
+    case Value::Kind::String: quote_python(out, v.s); return;
+    case Value::Kind::Array:
+      out.push_back('[');
+      for (size_t k = 0; k < v.arr->size(); k++) {
+        if (k) out.append(", ");
+        repr(out, (*v.arr)[k], budget, depth + 1);
+      }
+      out.push_back(']');
+      return;
+    case Value::Kind::Object:
+      out.push_back('{');
+      for (size_t k = 0; k < v.obj->size(); k++) {
+        if (k) out.append(", ");
+        quote_python(out, (*v.obj)[k].first);
+        out.append(": ");
+        repr(out, (*v.obj)[k].second, budget, depth + 1);
+      }
+      out.push_back('}');
+      return;
+    default: out.append(v.scalar_str()); return;
+  }
+}
+
+void json_dump(StringBuilder& out, const Value& v, int64_t indent, bool sort_keys, Budget& budget, int depth) {
+  if (depth > budget.limits().max_nesting) too_deep(budget);
+  budget.step();
   auto newline = [&](int d) {
     if (indent < 0) return;
-    out += '\n';
-    out.append((size_t)(indent * d), ' ');
+    size_t n = 0;
+    if (__builtin_mul_overflow((size_t)indent, (size_t)d, &n) || n > budget.limits().max_value_bytes)
+      throw Error("tojson indent " + std::to_string(indent) + " at depth " + std::to_string(d) +
+                  " is over the limit of " + std::to_string(budget.limits().max_value_bytes) + " bytes (max_value_bytes)");
+    out.push_back('\n');
+    out.append_repeat(' ', n);
   };
   // json.dumps separators: ", " and ": " without indent, "," and ": " with it.
   const char* item_sep = indent < 0 ? ", " : ",";
   switch (v.kind) {
     case Value::Kind::Undefined:
-    case Value::Kind::None: out += "null"; break;
-    case Value::Kind::Bool: out += v.b ? "true" : "false"; break;
-    case Value::Kind::Int: out += std::to_string(v.i); break;
+    case Value::Kind::None: out.append("null"); break;
+    case Value::Kind::Bool: out.append(v.b ? "true" : "false"); break;
+    case Value::Kind::Int: out.append(std::to_string(v.i)); break;
     case Value::Kind::Float: {
       const std::string r = float_repr(v.f);
-      out += r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r;
+      out.append(r == "nan" ? "NaN" : r == "inf" ? "Infinity" : r == "-inf" ? "-Infinity" : r);
       break;
     }
     case Value::Kind::String: json_string(out, v.s); break;
     case Value::Kind::Array:
       if (v.arr->empty()) {
-        out += "[]";
+        out.append("[]");
         break;
       }
-      out += '[';
+      out.push_back('[');
       for (size_t k = 0; k < v.arr->size(); k++) {
-        if (k) out += item_sep;
+        if (k) out.append(item_sep);
         newline(depth + 1);
-        json_dump(out, (*v.arr)[k], indent, sort_keys, depth + 1);
+        json_dump(out, (*v.arr)[k], indent, sort_keys, budget, depth + 1);
       }
       newline(depth);
-      out += ']';
+      out.push_back(']');
       break;
     case Value::Kind::Object: {
       if (v.obj->empty()) {
-        out += "{}";
+        out.append("{}");
         break;
       }
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& kv : *v.obj) items.push_back(&kv);
-      if (sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
-      out += '{';
+      if (sort_keys) {
+        budget.step((int64_t)items.size());
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      }
+      out.push_back('{');
       for (size_t k = 0; k < items.size(); k++) {
-        if (k) out += item_sep;
+        if (k) out.append(item_sep);
         newline(depth + 1);
         json_string(out, items[k]->first);
-        out += ": ";
-        json_dump(out, items[k]->second, indent, sort_keys, depth + 1);
+        out.append(": ");
+        json_dump(out, items[k]->second, indent, sort_keys, budget, depth + 1);
       }
       newline(depth);
-      out += '}';
+      out.push_back('}');
       break;
     }
     case Value::Kind::Function: throw Error("a function is not JSON serializable");
   }
 }
 
-}  // namespace
+bool holds_data_at(const Value& v, Budget& budget, int depth) {
+  if (depth > budget.limits().max_nesting) too_deep(budget);
+  budget.step();
+  if (v.data || !v.taint.empty()) return true;
+  if (v.is_array())
+    for (const Value& x : *v.arr)
+      if (holds_data_at(x, budget, depth + 1)) return true;
+  if (v.is_object())
+    for (const auto& kv : *v.obj)
+      if (holds_data_at(kv.second, budget, depth + 1)) return true;
+  return false;
+}
 
-std::string Value::str() const {
-  switch (kind) {
-    case Kind::Undefined: return "";
-    case Kind::String: return s;
-    default: return repr();
+// Marks a printed form as data when the value holds any.
+Value printed(StringBuilder& out, const Value& v, Budget& budget) {
+  Value s = out.take();
+  if (holds_data(v, budget)) s.taint = taint_whole(s.s.size());
+  return s;
+}
+
+bool equals_at(const Value& a, const Value& b, Budget& budget, int depth) {
+  using K = Value::Kind;
+  if (depth > budget.limits().max_nesting) too_deep(budget);
+  budget.step();
+  if (a.is_number() && b.is_number()) return a.as_double() == b.as_double();
+  if ((a.kind == K::Bool && b.is_number()) || (a.is_number() && b.kind == K::Bool))
+    return (a.kind == K::Bool ? (double)a.b : a.as_double()) == (b.kind == K::Bool ? (double)b.b : b.as_double());
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case K::Undefined:
+    case K::None: return true;
+    case K::Bool: return a.b == b.b;
+    case K::String: return a.s == b.s;
+    case K::Array: {
+      if (a.arr == b.arr) return true;  // as Python: a list is equal to itself
+      if (a.arr->size() != b.arr->size()) return false;
+      for (size_t k = 0; k < a.arr->size(); k++)
+        if (!equals_at((*a.arr)[k], (*b.arr)[k], budget, depth + 1)) return false;
+      return true;
+    }
+    case K::Object: {
+      if (a.obj == b.obj) return true;
+      if (a.obj->size() != b.obj->size()) return false;
+      for (const auto& [k, v] : *a.obj) {
+        budget.step((int64_t)b.obj->size());  // get() scans b's keys
+        const Value other = b.get(k);
+        if (other.is_undefined() || !equals_at(v, other, budget, depth + 1)) return false;
+      }
+      return true;
+    }
+    case K::Function: return a.fn == b.fn;
+    default: return false;
   }
 }
 
-std::string Value::repr() const {
+bool less_than_at(const Value& a, const Value& b, Budget& budget, int depth) {
+  if (depth > budget.limits().max_nesting) too_deep(budget);
+  budget.step();
+  if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
+  if (a.is_string() && b.is_string()) return a.s < b.s;
+  if (a.is_array() && b.is_array()) {
+    const Array &x = *a.arr, &y = *b.arr;
+    for (size_t k = 0; k < x.size() && k < y.size(); k++) {
+      if (less_than_at(x[k], y[k], budget, depth + 1)) return true;
+      if (less_than_at(y[k], x[k], budget, depth + 1)) return false;
+    }
+    return x.size() < y.size();
+  }
+  throw Error(std::string("cannot compare ") + a.type_name() + " with " + b.type_name());
+}
+
+}  // namespace
+
+std::string Value::scalar_str() const {
   switch (kind) {
     case Kind::Undefined: return "";
     case Kind::None: return "None";
     case Kind::Bool: return b ? "True" : "False";
     case Kind::Int: return std::to_string(i);
     case Kind::Float: return float_repr(f);
-    case Kind::String: return quote_python(s);
-    case Kind::Array: {
-      std::string out = "[";
-      for (size_t k = 0; k < arr->size(); k++) out += (k ? ", " : "") + (*arr)[k].repr();
-      return out + "]";
-    }
-    case Kind::Object: {
-      std::string out = "{";
-      for (size_t k = 0; k < obj->size(); k++)
-        out += (k ? ", " : "") + quote_python((*obj)[k].first) + ": " + (*obj)[k].second.repr();
-      return out + "}";
-    }
+    case Kind::String: return s;
+    case Kind::Array: return "[...]";
+    case Kind::Object: return "{...}";
     case Kind::Function: return "<function>";
   }
   return "";
 }
 
-std::string Value::to_json(int indent, bool sort_keys) const {
-  std::string out;
-  json_dump(out, *this, indent, sort_keys, 0);
-  return out;
+Value to_str(const Value& v, Budget& budget) {
+  switch (v.kind) {
+    case Value::Kind::String: return v;
+    case Value::Kind::Array:
+    case Value::Kind::Object: {
+      StringBuilder out(budget, "printed value");
+      repr(out, v, budget, 0);
+      return printed(out, v, budget);
+    }
+    default: {
+      std::string text = v.scalar_str();
+      return v.data ? Value::data_string(std::move(text)) : Value(std::move(text));
+    }
+  }
 }
+
+Value to_json(const Value& v, int64_t indent, bool sort_keys, Budget& budget) {
+  StringBuilder out(budget, "tojson output");
+  json_dump(out, v, indent, sort_keys, budget, 0);
+  return printed(out, v, budget);
+}
+
+bool holds_data(const Value& v, Budget& budget) { return holds_data_at(v, budget, 0); }
+bool equals(const Value& a, const Value& b, Budget& budget) { return equals_at(a, b, budget, 0); }
+bool less_than(const Value& a, const Value& b, Budget& budget) { return less_than_at(a, b, budget, 0); }
 
 const char* Value::type_name() const {
   switch (kind) {
@@ -226,37 +442,6 @@ const char* Value::type_name() const {
     case Kind::Function: return "function";
   }
   return "?";
-}
-
-bool operator==(const Value& a, const Value& b) {
-  using K = Value::Kind;
-  if (a.is_number() && b.is_number()) return a.as_double() == b.as_double();
-  if ((a.kind == K::Bool && b.is_number()) || (a.is_number() && b.kind == K::Bool))
-    return (a.kind == K::Bool ? (double)a.b : a.as_double()) == (b.kind == K::Bool ? (double)b.b : b.as_double());
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case K::Undefined:
-    case K::None: return true;
-    case K::Bool: return a.b == b.b;
-    case K::String: return a.s == b.s;
-    case K::Array: return *a.arr == *b.arr;
-    case K::Object: {
-      if (a.obj->size() != b.obj->size()) return false;
-      for (const auto& [k, v] : *a.obj)
-        if (b.get(k) != v || b.get(k).is_undefined()) return false;
-      return true;
-    }
-    case K::Function: return a.fn == b.fn;
-    default: return false;
-  }
-}
-
-bool less_than(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
-  if (a.is_string() && b.is_string()) return a.s < b.s;
-  if (a.is_array() && b.is_array())
-    return std::lexicographical_compare(a.arr->begin(), a.arr->end(), b.arr->begin(), b.arr->end(), less_than);
-  throw Error(std::string("cannot compare ") + a.type_name() + " with " + b.type_name());
 }
 
 }  // namespace tandem::jinja
