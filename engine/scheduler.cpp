@@ -291,7 +291,8 @@ Status Scheduler::step() {
     if (s.params.want_logprobs || s.params.top_logprobs > 0) {
       const double norm = log_softmax_norm(row);
       e.logprob = (float)((double)row[(size_t)tok] - norm);
-      for (int32_t id : top_ids(row, s.params.top_logprobs)) e.top_logprobs.push_back({id, (float)((double)row[(size_t)id] - norm)});
+      if (s.params.top_logprobs > 0)
+        for (int32_t id : top_ids(row, s.params.top_logprobs)) e.top_logprobs.push_back({id, (float)((double)row[(size_t)id] - norm)});
     }
     const bool eog = std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
     if (eog) {
