@@ -15,6 +15,31 @@ const char* finish_reason_name(FinishReason r) {
   }
 }
 
+namespace {
+
+// log(sum(exp(logits))), computed stably: logit - this is the log-softmax.
+double log_softmax_norm(std::span<const float> logits) {
+  float mx = logits[0];
+  for (float x : logits) mx = std::max(mx, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp((double)x - mx);
+  return mx + std::log(sum);
+}
+
+// The n most likely token ids, most likely first (ties: the lower id first).
+std::vector<int32_t> top_ids(std::span<const float> logits, int n) {
+  n = std::clamp(n, 0, (int)logits.size());
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)i;
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[(size_t)a] > logits[(size_t)b] || (logits[(size_t)a] == logits[(size_t)b] && a < b);
+  });
+  ids.resize((size_t)n);
+  return ids;
+}
+
+}  // namespace
+
 struct Scheduler::Seq {
   int64_t id = 0;
   RequestParams params;
@@ -33,8 +58,7 @@ struct Scheduler::Seq {
 
 Scheduler::Scheduler(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
 Scheduler::~Scheduler() {
-  for (auto& s : running_)
-    for (int32_t b : s->blocks) pool_.release(b);
+  for (auto& s : running_) release_blocks(*s);
 }
 
 Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
@@ -64,12 +88,14 @@ void Scheduler::cancel(int64_t id) {
 
 bool Scheduler::admit(Seq& s) {
   // Reuse cached full blocks of the prefix; at least one token stays to compute, for logits.
+  // Each hit is verified by the pool (token ids and parent), so a hash collision is a miss.
   const int64_t B = pool_.block_tokens();
   uint64_t parent = 0;
   const int64_t reusable = ((int64_t)s.tokens.size() - 1) / B;
   for (int64_t k = 0; k < reusable; k++) {
-    const uint64_t h = BlockPool::chain_hash(parent, std::span<const int32_t>(s.tokens.data() + k * B, (size_t)B));
-    const int32_t b = pool_.lookup(h);
+    const std::span<const int32_t> block(s.tokens.data() + k * B, (size_t)B);
+    const uint64_t h = pool_.chain_hash(parent, block);
+    const int32_t b = pool_.lookup(k ? s.blocks.back() : -1, h, block);
     if (b < 0) break;
     s.blocks.push_back(b);
     s.hashes.push_back(h);
@@ -79,9 +105,7 @@ bool Scheduler::admit(Seq& s) {
   const bool first_time = !s.admitted;
   if (first_time) s.n_cached = (int)s.n_computed;
   if (!ensure_blocks(s, s.n_computed + 1)) {
-    for (int32_t b : s.blocks) pool_.release(b);
-    s.blocks.clear();
-    s.hashes.clear();
+    release_blocks(s);
     s.n_computed = 0;
     if (first_time) s.n_cached = 0;
     return false;
@@ -107,11 +131,17 @@ bool Scheduler::ensure_blocks(Seq& s, int64_t upto) {
 
 void Scheduler::preempt(Seq& s) {
   // Free everything; the sequence restarts from its tokens so far (prompt + generated).
-  for (int32_t b : s.blocks) pool_.release(b);
-  s.blocks.clear();
-  s.hashes.clear();
+  release_blocks(s);
   s.n_computed = 0;
   stats_.preemptions++;
+}
+
+void Scheduler::release_blocks(Seq& s) {
+  // Last block first: the LRU then evicts a cached prefix from its end, and what stays cached
+  // is still a prefix that a later request can reach from the start.
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
+  s.blocks.clear();
+  s.hashes.clear();
 }
 
 void Scheduler::publish_full_blocks(Seq& s) {
@@ -120,15 +150,15 @@ void Scheduler::publish_full_blocks(Seq& s) {
   for (int64_t k = 0; k < full && k < (int64_t)s.blocks.size(); k++) {
     if (s.hashes[(size_t)k] != 0) continue;
     const uint64_t parent = k ? s.hashes[(size_t)k - 1] : 0;
-    s.hashes[(size_t)k] = BlockPool::chain_hash(parent, std::span<const int32_t>(s.tokens.data() + k * B, (size_t)B));
-    pool_.publish(s.blocks[(size_t)k], s.hashes[(size_t)k]);
+    const std::span<const int32_t> block(s.tokens.data() + k * B, (size_t)B);
+    s.hashes[(size_t)k] = pool_.chain_hash(parent, block);
+    pool_.publish(s.blocks[(size_t)k], k ? s.blocks[(size_t)k - 1] : -1, s.hashes[(size_t)k], block);
   }
 }
 
 void Scheduler::finish(Seq& s, FinishReason r, const std::string& error) {
   s.finished = true;
-  for (int32_t b : s.blocks) pool_.release(b);
-  s.blocks.clear();
+  release_blocks(s);
   SeqEvent e;
   e.id = s.id;
   e.finish = r;
@@ -158,10 +188,20 @@ Status Scheduler::step() {
     }
   }
   // Admit waiting requests while there is room.
+  // A preempted sequence whose tokens so far outgrew the whole pool can never run again, and
+  // one that cannot be admitted into an empty batch never will be: both end as "length" (cut
+  // short for want of KV blocks) rather than waiting forever.
+  const int64_t B = pool_.block_tokens();
   while (!waiting_.empty() && (int)running_.size() < opts_.max_running) {
     Seq& s = *waiting_.front();
-    if (!admit(s)) break;
-    running_.push_back(std::move(waiting_.front()));
+    const bool outgrown = ((int64_t)s.tokens.size() + B - 1) / B > pool_.shape().n_blocks;
+    if (!outgrown && admit(s)) {
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
+    if (!outgrown && !running_.empty()) break;  // room comes back as others finish
+    finish(s, FinishReason::Length, "the KV pool is full");
     waiting_.pop_front();
   }
   if (running_.empty()) return Status::Ok();
@@ -248,12 +288,11 @@ Status Scheduler::step() {
     SeqEvent e;
     e.id = s.id;
     e.token = tok;
-    if (s.params.want_logprobs) {
-      float mx = row[0];
-      for (float x : row) mx = std::max(mx, x);
-      double sum = 0;
-      for (float x : row) sum += std::exp((double)x - mx);
-      e.logprob = (float)((double)row[(size_t)tok] - mx - std::log(sum));
+    if (s.params.want_logprobs || s.params.top_logprobs > 0) {
+      const double norm = log_softmax_norm(row);
+      e.logprob = (float)((double)row[(size_t)tok] - norm);
+      if (s.params.top_logprobs > 0)
+        for (int32_t id : top_ids(row, s.params.top_logprobs)) e.top_logprobs.push_back({id, (float)((double)row[(size_t)id] - norm)});
     }
     const bool eog = std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
     if (eog) {

@@ -13,6 +13,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -31,6 +33,7 @@ struct RequestParams {
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // end-of-generation ids
   bool want_logprobs = false;
+  int top_logprobs = 0;  // > 0: each token event carries this many most likely alternatives
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -39,8 +42,11 @@ struct SeqEvent {
   int64_t id = 0;
   int32_t token = -1;
   float logprob = 0;  // log-softmax of the chosen token (when asked for)
+  // With RequestParams::top_logprobs = N > 0: the N most likely token ids and their
+  // log-softmax values, most likely first, from the same logits as `logprob`.
+  std::vector<std::pair<int32_t, float>> top_logprobs;
   FinishReason finish = FinishReason::None;
-  std::string error;
+  std::string error;  // with Error: what failed; with Length: why it stopped early, if it did
   int n_prompt = 0, n_cached = 0, n_generated = 0;  // on the finish event
 };
 // Return false to cancel the request (e.g. its client went away).
@@ -82,6 +88,7 @@ class Scheduler {
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);
+  void release_blocks(Seq& s);
   void finish(Seq& s, FinishReason r, const std::string& error = "");
   void publish_full_blocks(Seq& s);
 

@@ -3,21 +3,18 @@
 // committed 16 tokens at a time instead of a whole context per sequence, and full blocks can
 // be shared between sequences with the same prefix.
 //
-// Prefix cache: a full block is identified by the hash of every token from the start of the
-// sequence to its end (a chained hash, so equal hashes mean equal prefixes, not just equal
-// blocks). Blocks are reference-counted; a released block that holds a hashed prefix stays
-// cached until its memory is needed, then the least recently used is evicted.
+// The blocks' bookkeeping (free list, reference counts, the verified prefix cache, LRU) is a
+// BlockAllocator (kv/block_allocator.h); this class adds the KV memory the blocks name, and
+// forwards the bookkeeping calls so the scheduler talks to one object.
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <span>
-#include <unordered_map>
-#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kv/block_allocator.h"
 
 namespace tandem {
 
@@ -33,7 +30,8 @@ struct BlockPoolShape {
 class BlockPool {
  public:
   // Pool with n_blocks blocks; bytes = n_blocks x block_tokens x (seed formula per token).
-  static Result<std::unique_ptr<BlockPool>> create(const BlockPoolShape& shape);
+  // `hash`: the prefix cache's chain hash; empty (always, outside tests) for keyed SipHash-2-4.
+  static Result<std::unique_ptr<BlockPool>> create(const BlockPoolShape& shape, PrefixHashFn hash = {});
   // The number of blocks that fit in `bytes`.
   static int64_t blocks_for_bytes(const BlockPoolShape& shape, uint64_t bytes);
 
@@ -51,24 +49,22 @@ class BlockPool {
   size_t k_offset(int layer) const { return (size_t)layer * 2 * shape_.block_tokens * row_bytes_; }
   size_t v_offset(int layer) const { return k_offset(layer) + (size_t)shape_.block_tokens * row_bytes_; }
 
-  // ---- block manager ----
-  // A free block (evicting the least recently used cached prefix if needed), ref count 1;
-  // -1 when every block is in use.
-  int32_t allocate();
-  void retain(int32_t block);
-  // Drops a reference; at zero the block is free (or stays cached if it holds a prefix).
-  void release(int32_t block);
-  // Records that `block` holds the full prefix whose chained hash is `hash`.
-  void publish(int32_t block, uint64_t hash);
-  // The cached block holding the prefix with this hash, retained for the caller; -1 if none.
-  int32_t lookup(uint64_t hash);
-  int64_t free_blocks() const;   // allocatable now (free + evictable cached)
+  // ---- block manager (see BlockAllocator) ----
+  int32_t allocate() { return alloc_.allocate(); }
+  void retain(int32_t block) { alloc_.retain(block); }
+  void release(int32_t block) { alloc_.release(block); }
+  uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const { return alloc_.chain_hash(parent, tokens); }
+  void publish(int32_t block, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens) {
+    alloc_.publish(block, parent_block, hash, tokens);
+  }
+  int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens) {
+    return alloc_.lookup(parent_block, hash, tokens);
+  }
+  int64_t free_blocks() const { return alloc_.free_blocks(); }
   int64_t used_blocks() const { return shape_.n_blocks - free_blocks(); }
-  int64_t cached_blocks() const { return (int64_t)lru_.size(); }
-  int ref_count(int32_t block) const { return refs_[(size_t)block]; }
-
-  // The chained hash of a full block: parent hash and its block_tokens token ids.
-  static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
+  int64_t cached_blocks() const { return alloc_.cached_blocks(); }
+  int ref_count(int32_t block) const { return alloc_.ref_count(block); }
+  const BlockAllocator& allocator() const { return alloc_; }
 
  private:
   BlockPool() = default;
@@ -78,13 +74,7 @@ class BlockPool {
   size_t row_bytes_ = 0, block_bytes_ = 0;
   uint64_t bytes_ = 0;
   std::unique_ptr<uint8_t[]> data_;
-  std::vector<int> refs_;                             // [n_blocks]
-  std::vector<uint64_t> hash_of_;                     // [n_blocks], 0 = none
-  std::vector<int32_t> free_;                         // unreferenced, uncached
-  std::list<int32_t> lru_;                            // unreferenced but cached, oldest first
-  std::vector<std::list<int32_t>::iterator> lru_at_;  // [n_blocks] position in lru_
-  std::vector<bool> in_lru_;
-  std::unordered_map<uint64_t, int32_t> by_hash_;
+  BlockAllocator alloc_{0, 1};
 };
 
 }  // namespace tandem

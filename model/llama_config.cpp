@@ -1,6 +1,9 @@
 #include "model/llama_config.h"
 
 #include <array>
+#include <charconv>
+#include <cmath>
+#include <set>
 #include <string_view>
 
 namespace tandem {
@@ -24,6 +27,41 @@ Result<int> optional_int(const GgufFile& f, const std::string& key, int fallback
   if (!v->has_value()) return fallback;
   if (**v == 0 || **v > (1u << 30)) return make_error("metadata '{}' = {} is out of range", key, **v);
   return (int)**v;
+}
+
+// The layer index of a per-layer tensor ("blk.12.attn_q.weight" -> 12), or -1.
+int64_t block_index(std::string_view name) {
+  if (!name.starts_with("blk.")) return -1;
+  name.remove_prefix(4);
+  int64_t i = -1;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), i);
+  if (ec != std::errc() || end == name.data() + name.size() || *end != '.') return -1;
+  return i;
+}
+
+// block_count must match the blk.N tensors: every layer has some, and none lies past the last.
+// (Missing single tensors inside a layer are named by the weight loader.)
+Status check_block_count(const GgufFile& f, const std::string& key, int n_layer) {
+  std::set<int64_t> seen;
+  for (const GgufTensor& t : f.tensors()) {
+    const int64_t i = block_index(t.name);
+    if (i >= n_layer)
+      return make_error("metadata '{}' = {}, but the file has a tensor for block {} ({})", key, n_layer, i, t.name);
+    if (i >= 0) seen.insert(i);
+  }
+  if ((int64_t)seen.size() == n_layer) return Status::Ok();
+  int64_t i = 0;  // the first block without tensors
+  for (int64_t s : seen)
+    if (s == i) i++;
+  return make_error("metadata '{}' = {}, but the file has no tensors for block {} (blk.{}.*; {} of the blocks have tensors)",
+                    key, n_layer, i, i, seen.size());
+}
+
+// A float hyper-parameter that must be finite and inside (low, high].
+Status check_range(const std::string& key, double v, double low, double high, const char* why) {
+  if (!std::isfinite(v) || !(v > low) || v > high)
+    return make_error("metadata '{}' = {:g} is out of range: {} (must be > {:g} and <= {:g})", key, v, why, low, high);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -61,10 +99,17 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& f) {
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0)
     return make_error("rope.dimension_count {} must be even and at most the head dim {}", c.rope_dim, c.head_dim);
 
+  auto value_length = f.get_uint(p + "attention.value_length");
+  if (!value_length.ok()) return value_length.error();
+  if (value_length->has_value() && **value_length != (uint64_t)c.head_dim)
+    return make_error("metadata '{}attention.value_length' = {} differs from the key length {} (tandem needs them equal)", p,
+                      **value_length, c.head_dim);
+  TANDEM_TRY(check_block_count(f, p + "block_count", c.n_layer));
+
   auto base = f.get_float(p + "rope.freq_base");
   if (!base.ok()) return base.error();
   if (base->has_value()) c.rope_base = **base;
-  if (!(c.rope_base > 1.0)) return make_error("rope.freq_base {} must be > 1", c.rope_base);
+  TANDEM_TRY(check_range(p + "rope.freq_base", c.rope_base, 1.0, 1e12, "RoPE's wavelength base"));
 
   auto scaling = f.get_string(p + "rope.scaling.type");
   if (!scaling.ok()) return scaling.error();
@@ -74,17 +119,29 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& f) {
     auto factor = f.get_float(p + "rope.scaling.factor");
     if (!factor.ok()) return factor.error();
     if (factor->has_value()) c.rope_linear_scale = **factor;
-    if (!(c.rope_linear_scale > 0.0)) return make_error("rope.scaling.factor {} must be > 0", c.rope_linear_scale);
+    TANDEM_TRY(check_range(p + "rope.scaling.factor", c.rope_linear_scale, 0.0, 1e6, "positions are divided by it"));
   }
 
   auto eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
   if (!eps.ok()) return eps.error();
   if (eps->has_value()) c.rms_eps = (float)**eps;
+  // RMSNorm divides by sqrt(mean(x^2) + eps): eps only guards against zero (real models use
+  // 1e-6 to 1e-5); one near the activations' scale would flatten them.
+  TANDEM_TRY(check_range(p + "attention.layer_norm_rms_epsilon", c.rms_eps, 0.0, 1e-2, "RMSNorm's epsilon"));
 
   const GgufTensor* embd = f.find_tensor("token_embd.weight");
   if (!embd) return make_error("missing tensor token_embd.weight");
   if (embd->dims.size() != 2) return make_error("token_embd.weight has {} dims, expected 2", embd->dims.size());
   c.n_vocab = (int)embd->dims[1];
+  // The tokenizer's vocabulary and the embedding's rows must be the same tokens (llama.cpp
+  // refuses a mismatch too): ids past the embedding would read outside it, and rows past
+  // the vocabulary are logits no token spells.
+  if (const GgufArray* tokens = f.get_array("tokenizer.ggml.tokens"); tokens && tokens->count != embd->dims[1])
+    return make_error("tokenizer.ggml.tokens has {} tokens, but token_embd.weight has {} rows", tokens->count, embd->dims[1]);
+  auto vocab_size = f.get_uint(p + "vocab_size");
+  if (!vocab_size.ok()) return vocab_size.error();
+  if (vocab_size->has_value() && **vocab_size != embd->dims[1])
+    return make_error("metadata '{}vocab_size' = {}, but token_embd.weight has {} rows", p, **vocab_size, embd->dims[1]);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   return c;
 }

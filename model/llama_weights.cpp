@@ -1,5 +1,7 @@
 #include "model/llama_weights.h"
 
+#include <cmath>
+
 #include "kernels/cpu/dequantize.h"
 
 namespace tandem {
@@ -71,6 +73,9 @@ Result<LlamaWeights> LlamaWeights::from_gguf(const GgufFile& f, const LlamaConfi
   else
     TANDEM_ASSIGN(w.output, matrix(f, "output.weight", c.n_vocab, c.n_embd, k));
   if (f.find_tensor("rope_freqs.weight")) TANDEM_ASSIGN(w.rope_freqs, vector(f, "rope_freqs.weight", c.rope_dim / 2));
+  for (size_t i = 0; i < w.rope_freqs.size(); i++)  // RoPE divides each frequency by its factor
+    if (!std::isfinite(w.rope_freqs[i]) || !(w.rope_freqs[i] > 0.0f))
+      return make_error("tensor rope_freqs.weight: factor {} is {}, must be finite and > 0", i, w.rope_freqs[i]);
 
   w.layers.resize(c.n_layer);
   for (int i = 0; i < c.n_layer; i++) {

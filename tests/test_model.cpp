@@ -3,7 +3,9 @@
 // reference is checked by tests/reference/check_logits.py on the real model.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "engine/generator.h"
 #include "model/llama_model.h"
@@ -132,6 +134,64 @@ TEST(Model, LoaderNamesWhatIsWrong) {
   EXPECT_NE(m.error().message.find("architecture 'gemma'"), std::string::npos) << m.error().message;
   auto missing = LlamaModel::load("/nonexistent.gguf");
   EXPECT_FALSE(missing.ok());
+}
+
+// Overwrites the scalar value stored under `key` in a GGUF image (the value follows the key's
+// bytes and its 4-byte type id).
+template <typename T>
+std::vector<uint8_t> with_value(std::vector<uint8_t> bytes, const std::string& key, T value) {
+  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  EXPECT_NE(it, bytes.end()) << key;
+  if (it != bytes.end()) std::memcpy(&*(it + (ptrdiff_t)key.size() + 4), &value, sizeof(T));
+  return bytes;
+}
+
+// The load error for a GGUF image ("" when it loads).
+std::string load_error(const std::vector<uint8_t>& bytes) {
+  auto f = GgufFile::from_bytes(bytes.data(), bytes.size());
+  if (!f.ok()) return "parse: " + f.error().message;
+  auto m = LlamaModel::from_gguf(std::move(f.value()));
+  return m.ok() ? "" : m.error().message;
+}
+
+// Hyper-parameters that disagree with the tensors, or make no sense, are refused at load with
+// the key and the values, instead of running with garbage.
+TEST(Model, RefusesNonsenseHyperparameters) {
+  const auto good = test::tiny_model_bytes(TinyShape{});  // 2 layers, 4 heads, 2 kv heads, vocab 96
+  ASSERT_EQ(load_error(good), "");
+  struct Case {
+    std::vector<uint8_t> bytes;
+    std::vector<std::string> says;
+  };
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::string eps = "llama.attention.layer_norm_rms_epsilon", base = "llama.rope.freq_base";
+  std::vector<Case> cases = {
+      {with_value<uint32_t>(good, "llama.block_count", 1), {"'llama.block_count' = 1", "block 1 (blk.1."}},
+      {with_value<uint32_t>(good, "llama.block_count", 3), {"'llama.block_count' = 3", "no tensors for block 2"}},
+      {with_value<uint32_t>(good, "llama.block_count", 1000000), {"'llama.block_count' = 1000000", "no tensors for block 2"}},
+      {with_value(good, eps, nan), {eps, "= nan"}},
+      {with_value(good, eps, inf), {eps, "= inf"}},
+      {with_value(good, eps, -inf), {eps, "= -inf"}},
+      {with_value(good, eps, 0.0f), {eps, "= 0 "}},
+      {with_value(good, eps, -1e-5f), {eps, "= -1e-05"}},
+      {with_value(good, eps, 0.5f), {eps, "= 0.5"}},
+      {with_value(good, base, nan), {base, "= nan"}},
+      {with_value(good, base, 0.0f), {base, "= 0 "}},
+      {with_value(good, base, -10000.0f), {base, "= -10000"}},
+      {with_value(good, base, inf), {base, "= inf"}},
+      {with_value<uint32_t>(good, "llama.attention.head_count", 3), {"head_count 3", "embedding_length 64"}},
+      {with_value<uint32_t>(good, "llama.attention.head_count_kv", 3), {"head_count_kv 3", "head_count 4"}},
+      {with_value<uint32_t>(good, "llama.attention.head_count_kv", 8), {"head_count_kv 8", "head_count 4"}},
+      {with_value<uint32_t>(good, "llama.context_length", 0), {"'llama.context_length' = 0"}},
+  };
+  TinyShape short_vocab;
+  short_vocab.n_tokens = 95;
+  cases.push_back({test::tiny_model_bytes(short_vocab), {"tokenizer.ggml.tokens has 95 tokens", "token_embd.weight has 96 rows"}});
+  for (size_t i = 0; i < cases.size(); i++) {
+    const std::string err = load_error(cases[i].bytes);
+    ASSERT_NE(err, "") << "case " << i << " loaded";
+    for (const auto& part : cases[i].says) EXPECT_NE(err.find(part), std::string::npos) << "case " << i << ": " << err;
+  }
 }
 
 // Greedy, never stopping early: every run generates exactly n tokens.

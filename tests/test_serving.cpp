@@ -3,12 +3,14 @@
 // exactly what it produces alone through the contiguous cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "engine/generator.h"
 #include "engine/scheduler.h"
 #include "kv/block_pool.h"
+#include "kv/siphash.h"
 #include "model/llama_model.h"
 #include "tiny_model.h"
 
@@ -38,17 +40,17 @@ TEST(BlockPool, RefCountsPrefixCacheAndLruEviction) {
   BlockPool& pool = *p.value();
   EXPECT_EQ(pool.bytes(), 2ull * 2 * 2 * (4 * 3) * 8 * 2);  // the seed's formula for 12 tokens
   const int32_t a = pool.allocate(), b = pool.allocate(), c = pool.allocate();
-  EXPECT_GE(a, 0);
+  EXPECT_TRUE(a >= 0 && b >= 0 && c >= 0);
   EXPECT_EQ(pool.allocate(), -1);  // all three in use
   EXPECT_EQ(pool.free_blocks(), 0);
   const std::vector<int32_t> toks = {1, 2, 3, 4};
-  const uint64_t h = BlockPool::chain_hash(0, toks);
-  EXPECT_NE(h, BlockPool::chain_hash(h, toks));  // same block, different prefix
-  pool.publish(a, h);
+  const uint64_t h = pool.chain_hash(0, toks);
+  EXPECT_NE(h, pool.chain_hash(h, toks));  // same block, different prefix
+  pool.publish(a, -1, h, toks);
   pool.release(a);  // cached, evictable
   EXPECT_EQ(pool.free_blocks(), 1);
   EXPECT_EQ(pool.cached_blocks(), 1);
-  EXPECT_EQ(pool.lookup(h), a);  // a prefix hit brings it back into use
+  EXPECT_EQ(pool.lookup(-1, h, toks), a);  // a prefix hit brings it back into use
   EXPECT_EQ(pool.ref_count(a), 1);
   pool.retain(a);
   pool.release(a);
@@ -59,8 +61,91 @@ TEST(BlockPool, RefCountsPrefixCacheAndLruEviction) {
   EXPECT_EQ(d, b);
   const int32_t e = pool.allocate();  // now the cached prefix is evicted
   EXPECT_EQ(e, a);
-  EXPECT_EQ(pool.lookup(h), -1);
+  EXPECT_EQ(pool.lookup(-1, h, toks), -1);
   pool.release(c), pool.release(d), pool.release(e);
+  EXPECT_EQ(pool.used_blocks(), 0);
+}
+
+// SipHash-2-4's published test vector (key 00..0f, message 00..0e), and the pool's default
+// hash is keyed: two pools hash the same block differently.
+TEST(BlockPool, PrefixHashIsKeyedSipHash) {
+  SipKey key{0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+  uint8_t msg[15];
+  for (int i = 0; i < 15; i++) msg[i] = (uint8_t)i;
+  EXPECT_EQ(siphash24(key, msg, 15), 0xa129ca6149be45e5ull);
+  EXPECT_EQ(siphash24(key, msg, 0), 0x726fdb47dd0e0e31ull);
+  BlockPoolShape s{1, 1, 4, 4, 2, DType::F16};
+  auto p1 = BlockPool::create(s), p2 = BlockPool::create(s);
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  const std::vector<int32_t> toks = {7, 8, 9, 10};
+  EXPECT_EQ(p1.value()->chain_hash(0, toks), p1.value()->chain_hash(0, toks));
+  EXPECT_NE(p1.value()->chain_hash(0, toks), p2.value()->chain_hash(0, toks));
+}
+
+// A hash that depends on the block's first token only: every other difference collides.
+uint64_t first_token_hash(uint64_t, std::span<const int32_t> tokens) { return 1000 + (uint64_t)tokens[0]; }
+
+TEST(BlockPool, ForcedHashCollisionsAreMisses) {
+  BlockPoolShape s{1, 1, 4, 4, 4, DType::F16};
+  auto p = BlockPool::create(s, first_token_hash);
+  ASSERT_TRUE(p.ok());
+  BlockPool& pool = *p.value();
+  const std::vector<int32_t> x = {1, 2, 3, 4}, y = {5, 6, 7, 8}, x2 = {1, 9, 9, 9}, z = {2, 2, 2, 2};
+  const int32_t a = pool.allocate(), b = pool.allocate();
+  pool.publish(a, -1, pool.chain_hash(0, x), x);
+  pool.publish(b, a, pool.chain_hash(0, y), y);  // [x][y]
+  // Same hash, different tokens: a miss, not block a.
+  EXPECT_EQ(pool.lookup(-1, pool.chain_hash(0, x2), x2), -1);
+  EXPECT_EQ(pool.allocator().rejected_hits(), 1);
+  // Same tokens and hash, different parent: [z][y] must not find [x][y].
+  const int32_t c = pool.allocate();
+  pool.publish(c, -1, pool.chain_hash(0, z), z);
+  EXPECT_EQ(pool.lookup(c, pool.chain_hash(0, y), y), -1);
+  EXPECT_EQ(pool.lookup(-1, pool.chain_hash(0, y), y), -1);  // nor at the start
+  EXPECT_EQ(pool.allocator().rejected_hits(), 3);
+  // The genuine chain still hits.
+  const int32_t a1 = pool.lookup(-1, pool.chain_hash(0, x), x);
+  ASSERT_EQ(a1, a);
+  EXPECT_EQ(pool.lookup(a1, pool.chain_hash(0, y), y), b);
+  pool.release(a), pool.release(a), pool.release(b), pool.release(b), pool.release(c);
+  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool.cached_blocks(), 3);
+  // Evict [x] (the oldest), then cache [x] anew in another block: its old child [x][y] was
+  // computed after a prefix that no longer exists, so it is stale and must not be found.
+  const int32_t f = pool.allocate(), g = pool.allocate();
+  EXPECT_EQ(pool.lookup(-1, pool.chain_hash(0, x), x), -1);  // [x] was evicted
+  pool.publish(f, -1, pool.chain_hash(0, x), x);
+  EXPECT_EQ(pool.lookup(f, pool.chain_hash(0, y), y), -1);
+  // Publishing the new [x][y] replaces the stale entry, and then it hits.
+  pool.publish(g, f, pool.chain_hash(0, y), y);
+  EXPECT_EQ(pool.lookup(f, pool.chain_hash(0, y), y), g);
+  pool.release(g), pool.release(g), pool.release(f);
+  // A child of a block that holds no verified prefix is neither published nor found.
+  const int32_t u = pool.allocate(), v = pool.allocate();
+  pool.publish(v, u, pool.chain_hash(0, z), z);
+  EXPECT_EQ(pool.lookup(u, pool.chain_hash(0, z), z), -1);
+  pool.release(u), pool.release(v);
+  EXPECT_EQ(pool.used_blocks(), 0);
+}
+
+// Two sequences prefilling the same prefix at once: the second copy is not indexed, but it is
+// verified, so the blocks published after it can still be found through the first copy.
+TEST(BlockPool, DuplicatePrefixesShareTheirIdentity) {
+  BlockPoolShape s{1, 1, 4, 4, 4, DType::F16};
+  auto p = BlockPool::create(s);
+  ASSERT_TRUE(p.ok());
+  BlockPool& pool = *p.value();
+  const std::vector<int32_t> x = {1, 2, 3, 4}, y = {5, 6, 7, 8};
+  const uint64_t hx = pool.chain_hash(0, x), hy = pool.chain_hash(hx, y);
+  const int32_t a = pool.allocate(), a2 = pool.allocate(), b2 = pool.allocate();
+  pool.publish(a, -1, hx, x);
+  pool.publish(a2, -1, hx, x);  // the duplicate
+  pool.publish(b2, a2, hy, y);  // its child
+  pool.release(a2);             // an unindexed duplicate goes straight back to the free list
+  EXPECT_EQ(pool.cached_blocks(), 0);
+  EXPECT_EQ(pool.free_blocks(), 2);
+  EXPECT_EQ(pool.lookup(a, hy, y), b2);
+  pool.release(a), pool.release(b2), pool.release(b2);
   EXPECT_EQ(pool.used_blocks(), 0);
 }
 
@@ -291,6 +376,172 @@ TEST(Scheduler, StopsCancelsAndRejects) {
   RequestParams huge;
   huge.prompt.assign(300, 5);  // past the tiny model's context of 256
   EXPECT_FALSE(sched.add(huge, cb).ok());
+}
+
+// The prefix cache under a hash that collides whenever two blocks start with the same token:
+// a request whose prompt collides with a cached one must compute its own KV (and answer as
+// it answers alone), while a genuinely shared prefix is still reused.
+TEST(Scheduler, PrefixCacheCollisionsDoNotShareKv) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  BlockPoolShape ps{m->config().n_layer, m->config().n_kv_head, m->config().head_dim, 4, 64, DType::F16};
+  auto pool = BlockPool::create(ps, first_token_hash);
+  ASSERT_TRUE(pool.ok());
+  Scheduler sched(*m, *pool.value());
+  Collected c;
+  auto cb = [&c](const SeqEvent& e) {
+    if (e.finish != FinishReason::None) c.finished[e.id] = e;
+    else c.tokens[e.id].push_back(e.token);
+    return true;
+  };
+  RequestParams a;
+  for (int t = 0; t < 21; t++) a.prompt.push_back(10 + t);
+  a.max_tokens = 6;
+  a.sampling.temperature = 0;
+  RequestParams b = a;  // every block starts with the same token as a's, nothing else equal
+  for (size_t t = 0; t < b.prompt.size(); t++)
+    if (t % 4 != 0) b.prompt[t] = 60 + (int32_t)t;
+  RequestParams a2 = a;
+  a2.prompt.back() = 77;
+  auto ida = sched.add(a, cb);
+  run_all(sched);
+  auto ida2 = sched.add(a2, cb);
+  run_all(sched);
+  auto idb = sched.add(b, cb);
+  run_all(sched);
+  ASSERT_TRUE(ida.ok() && idb.ok() && ida2.ok());
+  EXPECT_EQ(c.finished[idb.value()].n_cached, 0);
+  EXPECT_EQ(c.tokens[idb.value()], greedy_alone(*m, b.prompt, 6));
+  EXPECT_GT(pool.value()->allocator().rejected_hits(), 0);
+  EXPECT_EQ(c.finished[ida2.value()].n_cached, 20);
+  EXPECT_EQ(c.tokens[ida2.value()], greedy_alone(*m, a2.prompt, 6));
+  EXPECT_EQ(pool.value()->used_blocks(), 0);
+}
+
+// A request cut short because the KV pool ran out (nothing left to preempt) ends as "length",
+// having produced exactly what it produces alone up to that point.
+TEST(Scheduler, KvExhaustionFinishesWithLength) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  auto pool = pool_for(*m, 3);  // 12 positions
+  Scheduler sched(*m, *pool);
+  Collected c;
+  RequestParams r;
+  r.prompt = {4, 8, 15, 16, 23};
+  r.max_tokens = 50;
+  r.sampling.temperature = 0;
+  auto id = sched.add(r, [&c](const SeqEvent& e) {
+    if (e.finish != FinishReason::None) c.finished[e.id] = e;
+    else c.tokens[e.id].push_back(e.token);
+    return true;
+  });
+  ASSERT_TRUE(id.ok());
+  run_all(sched);
+  const SeqEvent& fin = c.finished[id.value()];
+  EXPECT_EQ(fin.finish, FinishReason::Length);
+  EXPECT_STREQ(finish_reason_name(fin.finish), "length");
+  // Positions 0..11 hold the prompt and 7 generated tokens; the 8th came from position 11's
+  // logits and would need a 13th position.
+  EXPECT_EQ(fin.n_generated, 8);
+  EXPECT_EQ(c.tokens[id.value()], greedy_alone(*m, r.prompt, 8));
+  EXPECT_EQ(pool->used_blocks(), 0);
+}
+
+// Many requests sharing a prefix on pools too small for any of them to finish: preemption,
+// recomputation and prefix reuse interleave, and every request still ends, as "length", with
+// the tokens it produces alone, and no block leaks. (A sequence preempted after outgrowing
+// the pool must not wait forever to be readmitted.)
+TEST(Scheduler, TinyPoolsEndEveryRequestAsLength) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  for (int64_t blocks : {3, 4, 5, 6, 8}) {
+    auto pool = pool_for(*m, blocks);
+    SchedulerOptions o;
+    o.max_batch_tokens = 6;
+    Scheduler sched(*m, *pool, o);
+    Collected c;
+    std::map<int64_t, std::vector<int32_t>> prompts;
+    for (int r = 0; r < 4; r++) {
+      RequestParams rp;
+      rp.prompt = {4, 8, 15, 16, 23, 42, 7, 9};  // two shared blocks of 4
+      for (int t = 0; t < r; t++) rp.prompt.push_back(50 + r + t);
+      rp.max_tokens = 60;
+      rp.sampling.temperature = 0;
+      auto id = sched.add(rp, [&c](const SeqEvent& e) {
+        if (e.finish != FinishReason::None) c.finished[e.id] = e;
+        else c.tokens[e.id].push_back(e.token);
+        return true;
+      });
+      ASSERT_TRUE(id.ok()) << id.error().message;
+      prompts[id.value()] = rp.prompt;
+    }
+    run_all(sched);
+    for (auto& [id, prompt] : prompts) {
+      ASSERT_EQ(c.finished.count(id), 1u) << blocks << " blocks";
+      const SeqEvent& fin = c.finished[id];
+      EXPECT_EQ(fin.finish, FinishReason::Length) << blocks << " blocks";
+      EXPECT_LE((int64_t)prompt.size() + fin.n_generated, blocks * 4 + 1) << blocks << " blocks";
+      EXPECT_EQ(c.tokens[id], greedy_alone(*m, prompt, fin.n_generated)) << blocks << " blocks";
+    }
+    EXPECT_EQ(pool->used_blocks(), 0) << blocks << " blocks";
+  }
+}
+
+// top_logprobs: the N most likely tokens with their log-softmax values, most likely first; the
+// greedy choice is the first, and the values are those of a softmax over the model's logits.
+TEST(Scheduler, TopLogprobsAreTheMostLikelyTokens) {
+  auto m = tiny_model(DType::F32);
+  ASSERT_NE(m, nullptr);
+  auto pool = pool_for(*m, 16);
+  Scheduler sched(*m, *pool);
+  std::vector<SeqEvent> events;
+  RequestParams r;
+  r.prompt = {4, 8, 15, 16, 23, 42};
+  r.max_tokens = 3;
+  r.sampling.temperature = 0;
+  r.want_logprobs = true;
+  r.top_logprobs = 5;
+  ASSERT_TRUE(sched.add(r, [&](const SeqEvent& e) {
+                 if (e.finish == FinishReason::None) events.push_back(e);
+                 return true;
+               }).ok());
+  RequestParams plain = r;  // no logprobs asked: no alternatives sent
+  plain.want_logprobs = false;
+  plain.top_logprobs = 0;
+  bool plain_has_top = false;
+  ASSERT_TRUE(sched.add(plain, [&](const SeqEvent& e) {
+                 plain_has_top |= !e.top_logprobs.empty();
+                 return true;
+               }).ok());
+  run_all(sched);
+  EXPECT_FALSE(plain_has_top);
+  ASSERT_EQ(events.size(), 3u);
+  // The reference: logits of the same prefix through the contiguous cache, softmax here.
+  std::vector<int32_t> seen = r.prompt;
+  for (const SeqEvent& e : events) {
+    auto logits = m->forward_no_cache(seen);
+    ASSERT_TRUE(logits.ok()) << logits.error().message;
+    const size_t V = (size_t)m->config().n_vocab;
+    ASSERT_EQ(logits.value().size(), V);  // the last position's
+    std::vector<float> row(logits.value().begin(), logits.value().end());
+    double mx = *std::max_element(row.begin(), row.end()), sum = 0;
+    for (float x : row) sum += std::exp((double)x - mx);
+    std::vector<std::pair<double, int32_t>> ref;
+    for (size_t i = 0; i < V; i++) ref.push_back({(double)row[i] - mx - std::log(sum), (int32_t)i});
+    std::sort(ref.begin(), ref.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    ASSERT_EQ(e.top_logprobs.size(), 5u);
+    EXPECT_EQ(e.top_logprobs[0].first, e.token);
+    EXPECT_FLOAT_EQ(e.top_logprobs[0].second, e.logprob);
+    for (size_t k = 0; k < 5; k++) {
+      EXPECT_EQ(e.top_logprobs[k].first, ref[k].second) << "rank " << k;
+      EXPECT_NEAR(e.top_logprobs[k].second, ref[k].first, 2e-3) << "rank " << k;
+      EXPECT_LT(e.top_logprobs[k].second, 0.0f);
+      if (k) {
+        EXPECT_GE(e.top_logprobs[k - 1].second, e.top_logprobs[k].second);
+      }
+    }
+    seen.push_back(e.token);
+  }
 }
 
 }  // namespace

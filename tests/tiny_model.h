@@ -18,6 +18,7 @@ struct TinyShape {
   int n_vocab = 96, n_embd = 64, n_layer = 2, n_head = 4, n_kv_head = 2, n_ff = 128, n_ctx = 64;
   DType weight_type = DType::F32;
   bool tied = false;
+  int n_tokens = 0;  // tokens in the tokenizer's vocabulary; 0: n_vocab (a mismatch is a bad file)
 };
 
 inline std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
@@ -93,7 +94,7 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
   b.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
-  for (int i = 0; i < s.n_vocab; i++) {
+  for (int i = 0; i < (s.n_tokens ? s.n_tokens : s.n_vocab); i++) {
     tokens.push_back(i == 0 ? "<|endoftext|>" : std::string(1, (char)('!' + (i - 1) % 90)) + (i > 90 ? "x" : ""));
     types.push_back(i == 0 ? 3 : 1);
   }
