@@ -31,6 +31,7 @@ struct RequestParams {
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;  // end-of-generation ids
   bool want_logprobs = false;
+  int top_logprobs = 0;  // > 0: each token event carries this many most likely alternatives
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -39,6 +40,9 @@ struct SeqEvent {
   int64_t id = 0;
   int32_t token = -1;
   float logprob = 0;  // log-softmax of the chosen token (when asked for)
+  // With RequestParams::top_logprobs = N > 0: the N most likely token ids and their
+  // log-probabilities, most likely first.
+  std::vector<std::pair<int32_t, float>> top_logprobs;
   FinishReason finish = FinishReason::None;
   std::string error;
   int n_prompt = 0, n_cached = 0, n_generated = 0;  // on the finish event

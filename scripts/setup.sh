@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="build-essential cmake pkg-config libpcre2-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
-libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip python3 python3-pip"
+libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip python3 python3-pip"
 
 missing=""
 for p in $APT_PACKAGES; do
