@@ -58,20 +58,21 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 
   // Engine thread: must not block. False tells the engine to drop the sequence.
   bool enqueue(Item it) {
-    bool post = false;
+    bool post = false, gone = false;
     {
       std::lock_guard<std::mutex> l(mu_);
       inbox_.push_back(std::move(it));
       post = !drain_posted_;
       drain_posted_ = true;
-      if (gone_) return false;
+      gone = gone_;
     }
+    // Drained even when the client left: the finish event still counts in /metrics.
     if (post && !work_->post([self = shared_from_this()] { self->drain(); })) {
       std::lock_guard<std::mutex> l(mu_);
       gone_ = true;  // the server is stopping
       return false;
     }
-    return true;
+    return !gone;
   }
 
   // io thread: the transport saw the client leave.

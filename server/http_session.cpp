@@ -95,6 +95,7 @@ void Session::start() {
   if (shared_->stopping) return close();
   beast::error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks are small and latency matters
+  if (shared_->limits.socket_send_buffer > 0) socket_.set_option(net::socket_base::send_buffer_size(shared_->limits.socket_send_buffer), ec);
   do_read();
 }
 
@@ -167,9 +168,16 @@ void Session::on_header(beast::error_code ec) {
   } catch (const std::exception&) {
     refusal = error_response(500, "internal error", "server_error");
   }
-  if (refusal) {  // the body stays unread: the connection cannot be reused
+  if (refusal) {
     reading_ = false;
-    return refuse(std::move(*refusal));
+    if (!parser_->is_done()) return refuse(std::move(*refusal));  // its body stays unread: the connection ends
+    read_timer_.cancel();
+    phase_ = ReadPhase::None;
+    parser_.reset();
+    queue_.push_back({std::move(req), std::move(refusal), keep_alive});  // nothing to skip: carry on
+    if (!keep_alive) stop_reading_ = true;
+    maybe_dispatch();
+    return do_read();
   }
   const auto expect = req.header("Expect");
   if (expect && beast::iequals(*expect, "100-continue") && queue_.empty() && out_.empty() && !writing_now_)
@@ -237,7 +245,9 @@ void Session::drain_read() {
     self->reading_ = false;
     if (self->closed_) return;
     self->drained_bytes_ += n;
-    if (ec || self->drained_bytes_ > (1u << 20)) return self->close();
+    // Up to twice the body limit: a polite client sending a too-large body still gets to read
+    // its 413; one that sends on and on is cut off.
+    if (ec || self->drained_bytes_ > 2 * self->shared_->limits.max_body_bytes) return self->close();
     self->drain_read();
   });
 }
@@ -319,30 +329,37 @@ void Session::complete_slot(bool keep_alive) {
 
 void Session::append(std::string bytes) {
   if (closed_) return;
-  if (out_.size() + bytes.size() > shared_->limits.max_pending_write_bytes && !out_.empty()) return close();  // it stopped reading
+  const size_t unsent = out_.size() + writing_.size() - write_off_;
+  if (unsent > 0 && unsent + bytes.size() > shared_->limits.max_pending_write_bytes) return close();  // it stopped reading
   out_ += bytes;
   flush();
 }
 
+// Writes in pieces of at most 64 KiB, each with its own deadline: a slow but live reader
+// makes progress, one that stopped reading is cut off after write_timeout.
 void Session::flush() {
   if (closed_ || writing_now_) return;
-  if (out_.empty()) {
+  if (write_off_ == writing_.size()) {
+    writing_.clear();
+    write_off_ = 0;
+    writing_.swap(out_);
+  }
+  if (writing_.empty()) {
     if (close_when_flushed_ && !lingering_) linger();
     return;
   }
-  writing_.swap(out_);
-  out_.clear();
   writing_now_ = true;
   write_timer_.expires_after(shared_->limits.write_timeout);
   write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (!ec && self->writing_now_ && self->write_timer_.expiry() <= net::steady_timer::clock_type::now()) self->close();
   });
-  net::async_write(socket_, net::buffer(writing_), [self = shared_from_this()](beast::error_code ec, size_t) {
+  const size_t n = std::min<size_t>(writing_.size() - write_off_, 65536);
+  net::async_write(socket_, net::buffer(writing_.data() + write_off_, n), [self = shared_from_this()](beast::error_code ec, size_t done) {
     self->writing_now_ = false;
     self->write_timer_.cancel();
     if (self->closed_) return;
     if (ec) return self->close();
-    self->writing_.clear();
+    self->write_off_ += done;
     self->flush();
   });
 }

@@ -86,6 +86,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Writer> active_;     // the writer of queue_.front() once dispatched
   std::shared_ptr<Session> self_;      // alive while a handler answers
   std::string out_, writing_;          // bytes to write; bytes being written
+  size_t write_off_ = 0;               // how much of writing_ is written
   bool writing_now_ = false, reading_ = false, stop_reading_ = false, closed_ = false;
   bool close_when_flushed_ = false, lingering_ = false, streaming_ = false;
   size_t drained_bytes_ = 0;

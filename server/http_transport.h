@@ -33,6 +33,10 @@ struct HttpLimits {
   std::chrono::milliseconds idle_timeout{30'000};    // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{30'000};   // one write (up to the cap below) unfinished: the client is gone
   size_t max_pending_write_bytes = 1u << 20;         // unsent output past this: the client is gone
+  // The kernel's send buffer per socket (0: its own autotuning, up to tcp_wmem's 4 MiB). Fixed
+  // and modest, it bounds the kernel memory a client that stops reading can pin, and how much
+  // output it can swallow before the write deadline notices it.
+  int socket_send_buffer = 128 << 10;
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
