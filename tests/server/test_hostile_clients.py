@@ -60,9 +60,19 @@ class Server:
         if self.port is None:
             self.proc.kill()
             raise RuntimeError("tandem serve did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()  # keep stderr drained
+        self.sanitizer_reports = []
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
         self.host = f"127.0.0.1:{self.port}"
         self.rss0 = None
+        # ASan's shadow memory and quarantine grow RSS by hundreds of MB on their own.
+        with open(f"/proc/{self.proc.pid}/maps") as f:
+            self.rss_bound_mb = RSS_GROWTH_BOUND_MB * (3 if "libasan" in f.read() else 1)
+
+    def _drain_stderr(self):  # keeps the pipe from filling; sanitizer reports fail the test
+        for line in self.proc.stderr:
+            if "Sanitizer" in line or "runtime error" in line:
+                self.sanitizer_reports.append(line.strip())
+                print("     server: " + line.rstrip(), flush=True)
 
     def rss_mb(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -78,6 +88,8 @@ class Server:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        time.sleep(0.2)  # the last stderr lines
+        check(not self.sanitizer_reports, f"no sanitizer reports from the server ({len(self.sanitizer_reports)})")
 
 
 # ---- raw HTTP ---------------------------------------------------------------------------------
@@ -203,7 +215,7 @@ def healthy(srv, label, key=None):
     rss = srv.rss_mb() if alive else 0
     srv.rss0 = srv.rss0 or rss
     check(alive and st == 200 and dt_h < HEALTH_BOUND_S and ok2 and dt_c < COMPLETION_BOUND_S
-          and rss - srv.rss0 < RSS_GROWTH_BOUND_MB,
+          and rss - srv.rss0 < srv.rss_bound_mb and not srv.sanitizer_reports,
           f"{label}: alive, /health {st} in {dt_h * 1000:.1f} ms, completion {st2} in {dt_c * 1000:.0f} ms, "
           f"RSS {rss:.0f} MB (start {srv.rss0:.0f} MB)")
     return dt_h
