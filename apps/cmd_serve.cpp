@@ -1,7 +1,13 @@
 // `tandem serve`: the OpenAI-compatible server. One engine thread runs continuous batching
 // over a paged KV pool; HTTP threads translate requests. Binds 127.0.0.1 unless told.
+#include <pthread.h>
+
+#include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/core.h>
 
@@ -15,33 +21,90 @@
 namespace tandem::apps {
 
 namespace {
-server::HttpServer* g_server = nullptr;
-void on_signal(int) {
-  if (g_server) g_server->stop();
+
+// The key from --api-key, --api-key-file or $TANDEM_API_KEY (the last two keep it out of `ps`).
+Result<std::string> api_key(const std::string& flag, const std::string& file) {
+  if (!flag.empty() && !file.empty()) return make_error("give --api-key or --api-key-file, not both");
+  if (!flag.empty()) return flag;
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return make_error("--api-key-file {}: cannot open", file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string key = ss.str();
+    while (!key.empty() && std::isspace((unsigned char)key.back())) key.pop_back();
+    while (!key.empty() && std::isspace((unsigned char)key.front())) key.erase(key.begin());
+    if (key.empty()) return make_error("--api-key-file {}: the file is empty", file);
+    return key;
+  }
+  const char* env = std::getenv("TANDEM_API_KEY");
+  return std::string(env ? env : "");
 }
+
+// The model's own template, or --chat-template-file's (its bos/eos text from the vocabulary).
+// Either is untrusted code: it renders under `limits`.
+Result<ChatTemplate> chat_template(const std::string& file, const GgufFile& gguf, const Vocab& v, const TemplateLimits& limits) {
+  if (file.empty()) return ChatTemplate::from_gguf(gguf, v, limits);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error("--chat-template-file {}: cannot open", file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ChatTemplate::from_source(ss.str(), v.bos >= 0 ? v.tokens[v.bos] : "", v.eos >= 0 ? v.tokens[v.eos] : "", limits);
+}
+
+std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds((int64_t)(seconds * 1000)); }
+
 }  // namespace
 
 Command add_serve_command(CLI::App& app) {
   struct Args {
     ModelLoadOptions load;
-    std::string host = "127.0.0.1", api_key, kv_memory = "1GiB", name;
+    std::string host = "127.0.0.1", api_key, api_key_file, kv_memory = "1GiB", name, chat_template_file;
+    bool allow_special_in_messages = false;
     int port = 8080, max_running = 64, block_tokens = 16;
     int64_t batch_tokens = 512, kv_tokens = 0;
+    std::vector<std::string> allow_origin, allow_host;
+    int max_connections = 1024;
+    double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and a paged KV cache");
   a->load.add_to(sub);
   sub->add_option("--host", a->host, "address to bind (default 127.0.0.1: this machine only)");
   sub->add_option("--port", a->port, "port (0 = any free port, printed at start)")->check(CLI::Range(0, 65535));
-  sub->add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on /v1/*");
+  sub->add_option("--api-key", a->api_key,
+                  "require Authorization: Bearer KEY on /v1/* and /metrics (visible in `ps`: prefer --api-key-file or $TANDEM_API_KEY)");
+  sub->add_option("--api-key-file", a->api_key_file, "read the API key from FILE (the environment's TANDEM_API_KEY is used otherwise)");
+  sub->add_option("--allow-origin", a->allow_origin, "let web pages from ORIGIN (e.g. https://app.example) call the API (CORS); '*' for any")
+      ->take_all();
+  sub->add_option("--allow-host", a->allow_host, "accept requests for Host NAME (besides the bound address, localhost, 127.0.0.1, [::1])")
+      ->take_all();
+  sub->add_option("--max-connections", a->max_connections, "open connections at most; more get 503")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--header-timeout", a->header_timeout, "seconds a client has to send a request's header")->check(CLI::Range(0.1, 3600.0));
+  sub->add_option("--body-timeout", a->body_timeout, "seconds a client has to send a request's body")->check(CLI::Range(0.1, 3600.0));
+  sub->add_option("--idle-timeout", a->idle_timeout, "seconds an idle keep-alive connection stays open")->check(CLI::Range(0.1, 3600.0));
+  sub->add_option("--write-timeout", a->write_timeout, "seconds a client may take to accept a write before it counts as gone")
+      ->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--kv-memory", a->kv_memory, "memory for the KV block pool, e.g. 512MiB, 4GiB");
   sub->add_option("--kv-tokens", a->kv_tokens, "size the KV block pool in tokens instead (overrides --kv-memory)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
   sub->add_option("--block-tokens", a->block_tokens, "tokens per KV block")->check(CLI::Range(1, 1024));
   sub->add_option("--max-running", a->max_running, "sequences decoded together at most")->check(CLI::Range(1, 4096));
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--chat-template-file", a->chat_template_file, "a Jinja chat template to use instead of the model's");
+  sub->add_flag("--allow-special-in-messages", a->allow_special_in_messages,
+                "special-token text inside chat messages becomes control tokens (default: text, so a user cannot forge a role)");
   sub->add_option("--name", a->name, "model id reported by /v1/models (default: the file's name)");
   return [a]() -> int {
+    // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts, so that
+    // every thread inherits the mask and the main thread stops the server outside a handler.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    auto key = api_key(a->api_key, a->api_key_file);
+    if (!key.ok()) return fail(key.error().message);
     auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
     LlamaModel& model = *lm->model;
@@ -54,7 +117,13 @@ Command add_serve_command(CLI::App& app) {
     if (ps.n_blocks < 1) return fail(fmt::format("--kv-memory {} holds no KV block", a->kv_memory));
     auto pool = BlockPool::create(ps);
     if (!pool.ok()) return fail(pool.error().message);
-    auto tmpl = ChatTemplate::from_gguf(model.gguf(), lm->tokenizer->vocab());
+    // Renders stop at once when the server stops, so no worker is left inside a template.
+    static std::atomic<bool> stopping{false};
+    TemplateLimits limits;
+    limits.max_total_bytes = size_t{64} << 20;  // per render; a few workers render at once
+    limits.cancel = &stopping;
+    auto tmpl = chat_template(a->chat_template_file, model.gguf(), lm->tokenizer->vocab(), limits);
+    if (!tmpl.ok() && !a->chat_template_file.empty()) return fail(tmpl.error().message);
     if (!tmpl.ok()) fmt::print(stderr, "warning: {}; /v1/chat/completions is disabled\n", tmpl.error().message);
 
     server::Metrics metrics;
@@ -65,7 +134,15 @@ Command add_serve_command(CLI::App& app) {
     server::ServerOptions opts;
     opts.host = a->host;
     opts.port = a->port;
-    opts.api_key = a->api_key;
+    opts.api_key = key.value();
+    opts.allowed_origins = a->allow_origin;
+    opts.allowed_hosts = a->allow_host;
+    opts.allow_special_in_messages = a->allow_special_in_messages;
+    opts.limits.max_connections = a->max_connections;
+    opts.limits.header_timeout = ms(a->header_timeout);
+    opts.limits.body_timeout = ms(a->body_timeout);
+    opts.limits.idle_timeout = ms(a->idle_timeout);
+    opts.limits.write_timeout = ms(a->write_timeout);
     opts.model_name = !a->name.empty() ? a->name : std::filesystem::path(a->load.model).stem().string();
     server::HttpServer http(model, *lm->tokenizer, tmpl.ok() ? &tmpl.value() : nullptr, loop, metrics, opts);
     Status st = http.bind();
@@ -76,12 +153,12 @@ Command add_serve_command(CLI::App& app) {
                opts.model_name, opts.host, http.port(), pool.value()->bytes(), format_bytes((double)pool.value()->bytes()),
                c.n_layer, c.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, ps.n_blocks, ps.block_tokens);
     std::fflush(stderr);
-    g_server = &http;
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
-    st = http.listen();
-    g_server = nullptr;
-    if (!st.ok()) return fail(st.error().message);
+    http.start();
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fmt::print(stderr, "tandem serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    stopping = true;
+    http.stop();
     return 0;
   };
 }

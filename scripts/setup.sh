@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="build-essential cmake pkg-config libpcre2-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
-libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip python3 python3-pip"
+libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip python3 python3-pip"
 # The fuzz targets (scripts/fuzz.sh): clang and its libFuzzer runtime; llvm-symbolizer (llvm)
 # turns their sanitizer reports' addresses into file:line.
 APT_PACKAGES="$APT_PACKAGES clang libclang-rt-14-dev llvm"

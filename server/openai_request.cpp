@@ -124,7 +124,14 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
       if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > 5)
         return c.fail("logprobs", "must be an integer from 0 to 5").error();
       r.logprobs = true;
+      r.top_logprobs = (int)l.get<int64_t>();
     }
+  }
+  if (chat) {
+    int64_t top = 0;
+    TANDEM_TRY(c.integer("top_logprobs", 0, 20, &top));
+    if (top > 0 && !r.logprobs) return c.fail("top_logprobs", "needs 'logprobs': true").error();
+    r.top_logprobs = (int)top;
   }
   bool echo = false;
   TANDEM_TRY(c.boolean("echo", &echo));

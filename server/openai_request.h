@@ -25,6 +25,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with token counts
   bool logprobs = false;
+  int top_logprobs = 0;  // completions: logprobs N (0..5); chat: top_logprobs (0..20)
   std::string error_param;  // which field was wrong, for the error object
 };
 

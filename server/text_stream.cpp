@@ -11,7 +11,9 @@ TextStream::TextStream(std::vector<std::string> stops) : stops_(std::move(stops)
 
 std::string TextStream::push(const std::string& piece) {
   if (stopped_) return {};
-  pending_ += utf8_.push(piece);
+  // Complete sequences only; bytes that can never be UTF-8 become U+FFFD, so whatever the
+  // model emits, the text is valid JSON.
+  pending_ += utf8_replace_invalid(utf8_.push(piece));
   size_t cut = std::string::npos;
   for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
   if (cut != std::string::npos) {
@@ -31,7 +33,9 @@ std::string TextStream::push(const std::string& piece) {
 
 std::string TextStream::flush() {
   if (stopped_) return {};
-  std::string out = pending_ + utf8_.flush();
+  // The generation ended inside a character: its bytes become U+FFFD (as a tokenizer's
+  // decode(errors="replace") would), never a broken sequence.
+  std::string out = pending_ + utf8_replace_invalid(utf8_.flush());
   pending_.clear();
   return out;
 }

@@ -1,7 +1,8 @@
-// Turns a request's generated tokens into the text a client sees: whole UTF-8 characters
-// only, and OpenAI-style stop strings: generation stops at the first occurrence of any, the
-// stop string itself is not returned, and while streaming the tail that could still become
-// a stop string is held back.
+// Turns a request's generated tokens into the text a client sees: valid UTF-8 only (a
+// character split across tokens is held until complete; bytes that cannot be UTF-8, and an
+// incomplete character left when generation ends, become U+FFFD), and OpenAI-style stop
+// strings: generation stops at the first occurrence of any, the stop string itself is not
+// returned, and while streaming the tail that could still become a stop string is held back.
 #pragma once
 
 #include <string>

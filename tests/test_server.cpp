@@ -1,7 +1,23 @@
-// The server's pure parts: request validation, stop strings over a token stream, metrics text.
+// The server's parts: request validation, JSON depth and UTF-8 handling, stop strings over a
+// token stream, metrics text, the access policy, and the HTTP transport's limits and deadlines
+// (over real loopback sockets).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "server/access_policy.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/openai_json.h"
 #include "server/openai_request.h"
 #include "server/text_stream.h"
 
@@ -50,6 +66,69 @@ TEST(OpenAiRequest, ParsesAndValidates) {
   EXPECT_FALSE(parse_request(json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"logprobs", 3}}, true, 1, &bad).ok());
 }
 
+TEST(OpenAiRequest, TopLogprobs) {
+  std::string bad;
+  auto c = parse_request(json{{"prompt", "x"}, {"logprobs", 5}}, false, 1, &bad);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->logprobs);
+  EXPECT_EQ(c->top_logprobs, 5);
+  EXPECT_EQ(parse_request(json{{"prompt", "x"}, {"logprobs", 0}}, false, 1, &bad)->top_logprobs, 0);
+  EXPECT_FALSE(parse_request(json{{"prompt", "x"}, {"logprobs", 6}}, false, 1, &bad).ok());
+  const json msgs = {{{"role", "user"}, {"content", "hi"}}};
+  auto chat = parse_request(json{{"messages", msgs}, {"logprobs", true}, {"top_logprobs", 20}}, true, 1, &bad);
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->top_logprobs, 20);
+  EXPECT_FALSE(parse_request(json{{"messages", msgs}, {"logprobs", true}, {"top_logprobs", 21}}, true, 1, &bad).ok());
+  EXPECT_EQ(bad, "top_logprobs");
+  EXPECT_FALSE(parse_request(json{{"messages", msgs}, {"top_logprobs", 2}}, true, 1, &bad).ok());  // needs logprobs
+}
+
+TEST(OpenAiJson, NestingDepthIsBoundedBeforeParsing) {
+  EXPECT_EQ(json_nesting_depth(R"({"a":[1,{"b":[]}]})", 64), 4);
+  EXPECT_EQ(json_nesting_depth(R"({"a":"[[[[{{{{\"[[["})", 64), 1);  // brackets in strings (and escaped quotes) do not count
+  const std::string deep = std::string(30000, '[') + std::string(30000, ']');
+  auto r = parse_json_body(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("64"), std::string::npos) << r.error().message;
+  const std::string at_limit = std::string(64, '[') + std::string(64, ']');
+  EXPECT_TRUE(parse_json_body(at_limit).ok());
+  EXPECT_FALSE(parse_json_body("[" + at_limit + "]").ok());
+  const std::string objects = "{\"messages\":" + std::string(30000, '[') + "1" + std::string(30000, ']') + "}";
+  EXPECT_FALSE(parse_json_body(objects).ok());
+  EXPECT_FALSE(parse_json_body(std::string(4 << 20, '[')).ok());  // unbalanced and deep: refused by the scan, quickly
+  EXPECT_FALSE(parse_json_body("{\"prompt\": \"\xff\"}").ok());  // invalid UTF-8 is not JSON
+  EXPECT_FALSE(parse_json_body("{not json").ok());
+}
+
+TEST(OpenAiJson, TokenBytesBecomeValidText) {
+  EXPECT_EQ(token_display("hello"), "hello");
+  EXPECT_EQ(token_display("\xe4\xbd"), "\\xe4\\xbd");        // half of 你
+  EXPECT_EQ(token_display("a\xe4\xbd\xa0" "b"), "a\xe4\xbd\xa0" "b");  // whole characters kept
+  EXPECT_EQ(token_display("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  EXPECT_EQ(token_display("\xc0\xaf"), "\\xc0\\xaf");          // nor an overlong '/'
+  EXPECT_TRUE(is_valid_utf8("\xf0\x9f\x98\x80"));
+  EXPECT_FALSE(is_valid_utf8("\xf0\x9f\x98"));
+  EXPECT_FALSE(is_valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+
+  std::vector<TokenLogprob> toks = {{"\xe4\xbd", -0.5f, {{"\xe4", -1.0f}, {"x", -2.0f}}}, {"\xa0!", -0.25f, {}}};
+  const json chat = chat_logprobs(toks);
+  EXPECT_EQ(chat["content"][0]["token"], "\\xe4\\xbd");
+  EXPECT_EQ(chat["content"][0]["bytes"], json({228, 189}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][0]["bytes"], json({228}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "x");
+  EXPECT_EQ(chat["content"][1]["bytes"], json({160, 33}));
+  const json cmpl = completion_logprobs(toks, true);
+  EXPECT_EQ(cmpl["tokens"][0], "bytes:\\xe4\\xbd");  // OpenAI's legacy spelling
+  EXPECT_EQ(cmpl["top_logprobs"][0]["bytes:\\xe4"], -1.0f);
+  EXPECT_EQ(cmpl["top_logprobs"][1], json::object());
+  EXPECT_EQ(cmpl["text_offset"], json({0, 2}));
+  EXPECT_TRUE(completion_logprobs(toks, false)["top_logprobs"].is_null());
+  EXPECT_NO_THROW((void)dump_json(chat));
+  EXPECT_NO_THROW((void)dump_json(cmpl));
+  // Defence in depth: a raw invalid string still dumps (replaced), never throws.
+  EXPECT_EQ(dump_json(json("a\xe4")), "\"a\xef\xbf\xbd\"");
+}
+
 TEST(TextStream, StopStringsAcrossTokensAndHeldBackPrefixes) {
   TextStream t({"STOP", "\n\n"});
   std::string out;
@@ -66,6 +145,33 @@ TEST(TextStream, StopStringsAcrossTokensAndHeldBackPrefixes) {
   v += u.flush();  // the run ended without the stop string: the held text is sent
   EXPECT_EQ(v, "a\xe2\x82\xac" "EN");
   EXPECT_FALSE(u.stopped());
+}
+
+TEST(TextStream, AlwaysValidUtf8) {
+  TextStream t({});
+  std::string out = t.push("\xe4\xbd");  // half of 你: held
+  EXPECT_EQ(out, "");
+  out += t.push("\xa0\xe5");              // completes 你, starts 好
+  EXPECT_EQ(out, "\xe4\xbd\xa0");
+  out += t.flush();                       // generation ended inside 好: U+FFFD, not a broken byte
+  EXPECT_EQ(out, "\xe4\xbd\xa0\xef\xbf\xbd");
+  TextStream u({});
+  EXPECT_EQ(u.push("a\x80" "b"), "a\xef\xbf\xbd" "b");  // a stray continuation byte
+  // Any byte soup, in any pieces, comes out as valid UTF-8 that JSON accepts.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; trial++) {
+    TextStream s(trial % 2 ? std::vector<std::string>{"\xe5\xa5\xbd"} : std::vector<std::string>{});
+    std::string all;
+    for (int k = 0; k < 20; k++) {
+      std::string piece;
+      for (int n = (int)(rng() % 4); n >= 0; n--) piece += (char)(rng() % 3 ? 0x80 + rng() % 0x80 : rng() % 0x100);
+      all += s.push(piece);
+      ASSERT_TRUE(is_valid_utf8(all)) << trial;
+    }
+    all += s.flush();
+    ASSERT_TRUE(is_valid_utf8(all)) << trial;
+    ASSERT_NO_THROW((void)json(all).dump());
+  }
 }
 
 TEST(Metrics, PrometheusText) {
@@ -85,6 +191,264 @@ TEST(Metrics, PrometheusText) {
   EXPECT_NE(t.find("tandem_requests_finished_total{reason=\"stop\"} 1"), std::string::npos);
   EXPECT_NE(t.find("tandem_prefix_cache_hit_rate 0.25"), std::string::npos);
   EXPECT_NE(t.find("# TYPE tandem_kv_blocks_total gauge"), std::string::npos);
+}
+
+TEST(AccessPolicy, KeyHostOriginContentType) {
+  EXPECT_TRUE(constant_time_equal("sekrit", "sekrit"));
+  EXPECT_FALSE(constant_time_equal("sekrit", "sekriT"));
+  EXPECT_FALSE(constant_time_equal("sekrit", "sekrit2"));
+  EXPECT_FALSE(constant_time_equal("sekrit", ""));
+  EXPECT_FALSE(constant_time_equal("sekrit", "sek"));
+  AccessPolicy p(AccessOptions{"k", "127.0.0.1", 8080, {"https://app.example"}, {"llm.lan"}});
+  for (const char* ok : {"127.0.0.1:8080", "localhost:8080", "LOCALHOST:8080", "[::1]:8080", "llm.lan", "llm.lan:443"})
+    EXPECT_TRUE(p.host_allowed(ok)) << ok;
+  for (const char* bad : {"evil.example:8080", "127.0.0.1:8081", "127.0.0.1", "", "[::1", "127.0.0.1:80a", "10.0.0.1:8080"})
+    EXPECT_FALSE(p.host_allowed(bad)) << bad;
+  AccessPolicy any(AccessOptions{"", "0.0.0.0", 8080, {}, {}});
+  EXPECT_TRUE(any.host_allowed("10.0.0.1:8080"));  // bound to every interface: IP literals are fine
+  EXPECT_FALSE(any.host_allowed("rebind.evil.example:8080"));
+  EXPECT_TRUE(p.origin_allowed("http://127.0.0.1:8080"));
+  EXPECT_TRUE(p.origin_allowed("https://app.example"));
+  EXPECT_FALSE(p.origin_allowed("http://evil.example"));
+  EXPECT_FALSE(p.origin_allowed("null"));
+
+  auto req = [](std::string method, HttpHeaders h) {
+    HttpRequest r;
+    r.method = std::move(method);
+    r.target = "/v1/completions";
+    r.headers = std::move(h);
+    return r;
+  };
+  const HttpHeaders good = {{"Host", "127.0.0.1:8080"}, {"Authorization", "Bearer k"}, {"Content-Type", "application/json; charset=utf-8"}};
+  EXPECT_FALSE(p.check(req("POST", good), true));
+  auto status = [&](HttpRequest r, bool needs_key = true) { auto x = p.check(r, needs_key); return x ? x->status : 0; };
+  EXPECT_EQ(status(req("POST", {{"Authorization", "Bearer k"}, {"Content-Type", "application/json"}})), 400);  // no Host
+  EXPECT_EQ(status(req("POST", {{"Host", "evil.example:8080"}, {"Authorization", "Bearer k"}, {"Content-Type", "application/json"}})), 403);
+  HttpHeaders h = good;
+  h.emplace_back("Origin", "http://evil.example");
+  EXPECT_EQ(status(req("POST", h)), 403);
+  EXPECT_EQ(status(req("POST", {{"Host", "127.0.0.1:8080"}, {"Authorization", "Bearer x"}, {"Content-Type", "application/json"}})), 401);
+  EXPECT_EQ(status(req("POST", {{"Host", "127.0.0.1:8080"}, {"Content-Type", "application/json"}})), 401);
+  EXPECT_EQ(status(req("POST", {{"Host", "127.0.0.1:8080"}, {"Content-Type", "application/json"}}), false), 0);  // an open endpoint
+  EXPECT_EQ(status(req("POST", {{"Host", "127.0.0.1:8080"}, {"Authorization", "Bearer k"}, {"Content-Type", "text/plain"}})), 415);
+  EXPECT_EQ(status(req("POST", {{"Host", "127.0.0.1:8080"}, {"Authorization", "Bearer k"}})), 415);
+  EXPECT_EQ(status(req("GET", {{"Host", "127.0.0.1:8080"}, {"Authorization", "Bearer k"}})), 0);
+  h = good;
+  h.emplace_back("Origin", "https://app.example");
+  EXPECT_EQ(status(req("POST", h)), 0);
+  EXPECT_EQ(p.cors_headers(req("POST", h)).at(0).second, "https://app.example");
+  EXPECT_TRUE(p.cors_headers(req("POST", good)).empty());
+}
+
+// ---- the HTTP transport over loopback sockets ----
+
+class TestHandler : public HttpHandler {
+ public:
+  std::atomic<int> bodies_read{0};
+  std::atomic<bool> gone_seen{false};
+  std::shared_ptr<ResponseWriter> held;
+  std::mutex mu;
+
+  std::optional<HttpResponse> check_header(const HttpRequest& r) override {
+    if (r.path() == "/refuse") return HttpResponse{401, "application/json", R"({"error":"no"})", {}, false};
+    return std::nullopt;
+  }
+  std::optional<HttpResponse> answer_inline(const HttpRequest& r) override {
+    if (r.path() == "/inline") return HttpResponse{200, "text/plain", "inline", {}, false};
+    return std::nullopt;
+  }
+  void handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) override {
+    bodies_read++;
+    if (r.path() == "/throw") throw std::runtime_error("boom");
+    if (r.path() == "/stream") {
+      w->begin_stream(200, "text/event-stream", {});
+      for (const char* c : {"one", "two", "three"}) w->write(c);
+      return w->end_stream();
+    }
+    if (r.path() == "/hang") {  // answers never; notices when the client leaves
+      w->on_gone([this] { gone_seen = true; });
+      std::lock_guard<std::mutex> l(mu);
+      held = w;
+      return;
+    }
+    w->respond({200, "text/plain", r.target + ":" + r.body, {}, false});
+  }
+};
+
+int dial(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, (sockaddr*)&a, sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += (size_t)n;
+  }
+}
+
+// Everything the server sends until it closes or `ms` pass without a byte.
+std::string read_until_quiet(int fd, int ms) {
+  std::string out;
+  char buf[65536];
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, ms) > 0) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, (size_t)n);
+  }
+  return out;
+}
+
+bool closed_by_peer(int fd, int ms) {
+  char buf[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, ms) > 0) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+int count(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) n++;
+  return n;
+}
+
+struct TransportFixture : ::testing::Test {
+  TestHandler handler;
+  std::unique_ptr<HttpTransport> t;
+  void start(HttpLimits l) {
+    t = std::make_unique<HttpTransport>(handler, l, 2, 2);
+    ASSERT_TRUE(t->bind("127.0.0.1", 0).ok());
+    t->start();
+  }
+  static HttpLimits small() {
+    HttpLimits l;
+    l.max_header_bytes = 1024;
+    l.max_header_count = 10;
+    l.max_body_bytes = 1024;
+    l.header_timeout = std::chrono::milliseconds(400);
+    l.idle_timeout = std::chrono::milliseconds(600);
+    l.max_connections = 8;
+    return l;
+  }
+};
+
+TEST_F(TransportFixture, AnswersPipelinedRequestsInOrder) {
+  start(small());
+  const int fd = dial(t->port());
+  std::string blob;
+  for (int i = 0; i < 5; i++) blob += "POST /echo" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nb" + std::to_string(i);
+  blob += "GET /inline HTTP/1.1\r\nHost: x\r\n\r\nGET /refuse HTTP/1.1\r\nHost: x\r\n\r\nGET /stream HTTP/1.1\r\nHost: x\r\n\r\n";
+  send_all(fd, blob);
+  const std::string got = read_until_quiet(fd, 1000);
+  size_t pos = 0;
+  for (int i = 0; i < 5; i++) {
+    const size_t p = got.find("/echo" + std::to_string(i) + ":b" + std::to_string(i));
+    ASSERT_NE(p, std::string::npos) << got;
+    EXPECT_GT(p, pos);
+    pos = p;
+  }
+  EXPECT_GT(got.find("inline"), pos);
+  EXPECT_GT(got.find("HTTP/1.1 401"), got.find("inline"));  // a refusal without a body keeps the connection
+  EXPECT_NE(got.find("Transfer-Encoding: chunked\r\n"), std::string::npos);
+  EXPECT_NE(got.find("\r\n\r\n3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n0\r\n\r\n"), std::string::npos) << got;
+  ::close(fd);
+}
+
+TEST_F(TransportFixture, LimitsWhileParsing) {
+  start(small());
+  auto answer = [&](const std::string& req) {
+    const int fd = dial(t->port());
+    send_all(fd, req);
+    std::string got = read_until_quiet(fd, 1000);
+    ::close(fd);
+    return got.substr(0, 12);
+  };
+  EXPECT_EQ(answer("GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(5000, 'a') + "\r\n\r\n"), "HTTP/1.1 431");
+  std::string many = "GET /x HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 11; i++) many += "X-" + std::to_string(i) + ": v\r\n";
+  EXPECT_EQ(answer(many + "\r\n"), "HTTP/1.1 431");
+  EXPECT_EQ(answer("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1025\r\n\r\n"), "HTTP/1.1 413");
+  std::string chunked = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 3; i++) chunked += "200\r\n" + std::string(512, 'x') + "\r\n";  // 1536 bytes in 512-byte chunks
+  EXPECT_EQ(answer(chunked + "0\r\n\r\n"), "HTTP/1.1 413");
+  EXPECT_EQ(answer("POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"), "HTTP/1.1 401");  // body never sent
+  EXPECT_EQ(answer("NOT HTTP\r\n\r\n"), "HTTP/1.1 400");
+  EXPECT_EQ(answer("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 500");
+  EXPECT_EQ(handler.bodies_read.load(), 1);  // only /throw reached a handler
+}
+
+TEST_F(TransportFixture, DeadlinesAndConnectionLimit) {
+  start(small());
+  // A header that trickles in is cut at the header deadline with a 408.
+  const int slow = dial(t->port());
+  const auto t0 = std::chrono::steady_clock::now();
+  send_all(slow, "GET /x HTTP/1.1\r\n");
+  std::string got;
+  for (int i = 0; i < 20 && got.empty(); i++) {
+    send_all(slow, "X-a: b\r\n");
+    got = read_until_quiet(slow, 100);
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 408");
+  EXPECT_LT(waited, 1.5);
+  ::close(slow);
+  // An idle keep-alive connection is closed after the idle timeout.
+  const int idle = dial(t->port());
+  send_all(idle, "GET /inline HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(closed_by_peer(idle, 3000));
+  ::close(idle);
+  // Past max_connections: a quick 503, while the open ones are still served. (A closed
+  // session leaves the count when its last pending operation ends: wait for the two above.)
+  for (int i = 0; i < 300 && t->open_connections() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(t->open_connections(), 0);
+  std::vector<int> fds;
+  for (int i = 0; i < 8; i++) fds.push_back(dial(t->port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int extra = dial(t->port());
+  EXPECT_EQ(read_until_quiet(extra, 1000).substr(0, 12), "HTTP/1.1 503");
+  ::close(extra);
+  send_all(fds[0], "GET /inline HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(read_until_quiet(fds[0], 300).find("inline"), std::string::npos);
+  for (int fd : fds) ::close(fd);
+}
+
+TEST_F(TransportFixture, ClientThatLeavesIsNoticedAndStopDoesNotWait) {
+  start(small());
+  const int fd = dial(t->port());
+  send_all(fd, "GET /hang HTTP/1.1\r\nHost: x\r\n\r\n");
+  for (int i = 0; i < 100 && !handler.held; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    std::lock_guard<std::mutex> l(handler.mu);
+    ASSERT_TRUE(handler.held);
+    EXPECT_FALSE(handler.held->gone());
+  }
+  ::close(fd);
+  for (int i = 0; i < 100 && !handler.gone_seen; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(handler.gone_seen.load());
+  EXPECT_TRUE(handler.held->gone());
+  handler.held->respond({200, "text/plain", "late", {}, false});  // ignored, no crash
+  // stop() with a stuck client (half a header, never finished) returns at once.
+  const int stuck = dial(t->port());
+  send_all(stuck, "GET /x HTTP/1.1\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  t->stop();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_FALSE(t->work_queue()->post([] {}));  // the worker door is closed
+  ::close(stuck);
 }
 
 }  // namespace

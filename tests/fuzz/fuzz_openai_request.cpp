@@ -1,18 +1,30 @@
-// libFuzzer entry point for the server's request validation: any body must parse to a request
-// or to an error naming the field, never crash.
+// libFuzzer entry point for the server's request handling before the engine: any body must
+// parse (depth-bounded, as the server parses it) to a request or to an error naming the field,
+// never crash; and token bytes of any kind must become valid UTF-8 text.
 //   build-fuzz/tests/fuzz_openai_request -max_total_time=60
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
+#include "server/openai_json.h"
 #include "server/openai_request.h"
+#include "server/text_stream.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
-  const auto j = nlohmann::ordered_json::parse(body, nullptr, false);
-  if (j.is_discarded()) return 0;
-  std::string bad;
-  (void)tandem::server::parse_request(j, (data[0] & 1) != 0, 42, &bad);
+  auto j = tandem::server::parse_json_body(body);
+  if (j.ok()) {
+    std::string bad;
+    (void)tandem::server::parse_request(j.value(), (data[0] & 1) != 0, 42, &bad);
+  }
+  // The same bytes as model output: streamed text and logprob tokens are always valid UTF-8.
+  tandem::server::TextStream ts({"\n\n"});
+  std::string out;
+  for (size_t i = 0; i < body.size(); i += 3) out += ts.push(body.substr(i, 3));
+  out += ts.flush();
+  if (!tandem::server::is_valid_utf8(out) || !tandem::server::is_valid_utf8(tandem::server::token_display(body))) std::abort();
+  (void)tandem::server::dump_json(tandem::server::chat_logprobs({{body, -1.0f, {{body, -2.0f}}}}));
   return 0;
 }

@@ -1,0 +1,301 @@
+#include "server/completion_run.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "core/timer.h"
+#include "server/openai_json.h"
+#include "server/openai_request.h"
+#include "server/text_stream.h"
+
+namespace tandem::server {
+
+size_t longest_token_bytes(const Tokenizer& tok) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tok.vocab().size(); id++) longest = std::max(longest, tok.token_to_piece(id, true).size());
+  return longest;
+}
+
+namespace {
+
+std::string finish_name(FinishReason r, bool stopped_by_string) {
+  if (stopped_by_string || r == FinishReason::Stop) return "stop";
+  // Length covers max_tokens, the context, and a request cut short because KV blocks ran out.
+  return r == FinishReason::Length ? "length" : r == FinishReason::Error ? "error" : "cancelled";
+}
+
+HttpResponse json_response(int status, const ojson& body, const HttpHeaders& extra) {
+  return {status, "application/json", dump_json(body), extra};
+}
+
+// A request between submission and its last byte. Engine events (on the engine thread) are
+// queued; drain() handles them in order on a worker thread.
+class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
+ public:
+  CompletionRun(EndpointContext& ctx, bool chat, ParsedRequest pr, int n_prompt, std::shared_ptr<ResponseWriter> w, HttpHeaders extra)
+      : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
+        text_(pr_.stop) {}
+
+  void submit(RequestParams rp) {
+    auto self = shared_from_this();
+    w_->on_gone([self] { self->client_left(); });
+    ctx_.loop.submit(
+        std::move(rp), [self](const SeqEvent& e) { return self->enqueue(Item{false, make_error(""), e, self->since_arrival_.seconds()}); },
+        [self](Result<int64_t> id) { self->enqueue(Item{true, std::move(id), {}, 0}); });
+  }
+
+ private:
+  struct Item {
+    bool accepted;
+    Result<int64_t> id;
+    SeqEvent e;
+    double at_s;  // when the engine produced it
+  };
+
+  // Engine thread: must not block. False tells the engine to drop the sequence.
+  bool enqueue(Item it) {
+    bool post = false, gone = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      inbox_.push_back(std::move(it));
+      post = !drain_posted_;
+      drain_posted_ = true;
+      gone = gone_;
+    }
+    // Drained even when the client left: the finish event still counts in /metrics.
+    if (post && !work_->post([self = shared_from_this()] { self->drain(); })) {
+      std::lock_guard<std::mutex> l(mu_);
+      gone_ = true;  // the server is stopping
+      return false;
+    }
+    return !gone;
+  }
+
+  // io thread: the transport saw the client leave.
+  void client_left() {
+    int64_t id;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      gone_ = true;
+      id = id_;
+    }
+    if (id > 0) ctx_.loop.cancel(id);
+  }
+
+  void drain() {
+    while (true) {
+      std::deque<Item> items;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (inbox_.empty()) {
+          drain_posted_ = false;
+          return;
+        }
+        items.swap(inbox_);
+      }
+      for (Item& it : items) {
+        if (done_) continue;
+        try {
+          handle(it);
+        } catch (const std::exception& e) {
+          fail(fmt::format("internal error: {}", e.what()));
+        }
+      }
+    }
+  }
+
+  void handle(Item& it) {
+    if (it.accepted) return on_accepted(it.id);
+    const SeqEvent& e = it.e;
+    if (e.finish != FinishReason::None) return on_finish(e);
+    if (last_token_s_ < 0) ctx_.metrics.observe_ttft(it.at_s);
+    else ctx_.metrics.observe_tpot(it.at_s - last_token_s_);
+    last_token_s_ = it.at_s;
+    if (text_.stopped()) return;  // tokens the engine made before it saw our cancel
+    completion_tokens_++;
+    const std::string piece = ctx_.tok.token_to_piece(e.token);
+    const std::string text = text_.push(piece);
+    if (text_.stopped()) ctx_.loop.cancel(id_);
+    TokenLogprob lp;
+    if (pr_.logprobs) {
+      lp.bytes = piece;
+      lp.logprob = e.logprob;
+      for (const auto& [tid, l] : e.top_logprobs)
+        if ((int)lp.top.size() < pr_.top_logprobs) lp.top.emplace_back(ctx_.tok.token_to_piece(tid), l);
+    }
+    if (!pr_.stream) {
+      text_out_ += text;
+      if (pr_.logprobs) logprobs_.push_back(std::move(lp));
+      return;
+    }
+    if (!text.empty() || pr_.logprobs) {
+      ojson lj = nullptr;
+      if (pr_.logprobs) lj = chat_ ? chat_logprobs({lp}) : completion_logprobs({lp}, pr_.top_logprobs > 0, streamed_bytes_);
+      streamed_bytes_ += lp.bytes.size();
+      send(chunk(text, lj, nullptr, false));
+    }
+  }
+
+  void on_accepted(Result<int64_t>& id) {
+    if (!id.ok()) {
+      ctx_.metrics.request_rejected();
+      done_ = true;
+      return w_->respond(json_response(400, error_body(id.error().message, "invalid_request_error"), extra_));
+    }
+    bool gone;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      id_ = id.value();
+      gone = gone_;
+    }
+    ctx_.metrics.request_started();
+    started_ = true;
+    if (gone) ctx_.loop.cancel(id_);
+    rid_ = fmt::format("{}-{}", chat_ ? "chatcmpl" : "cmpl", id_);
+    if (!pr_.stream) return;
+    HttpHeaders h = extra_;
+    h.emplace_back("Cache-Control", "no-cache");
+    w_->begin_stream(200, "text/event-stream", std::move(h));
+    send(chunk("", nullptr, nullptr, true));  // the role chunk (chat), an empty text chunk (completions)
+  }
+
+  void on_finish(const SeqEvent& e) {
+    done_ = true;
+    const std::string reason = finish_name(e.finish, text_.stopped());
+    ctx_.metrics.request_finished(reason);
+    if (e.finish == FinishReason::Error) return fail(e.error);
+    const std::string rest = text_.flush();
+    if (!pr_.stream) {
+      ojson choice = {{"index", 0}};
+      if (chat_) choice["message"] = {{"role", "assistant"}, {"content", text_out_ + rest}};
+      else choice["text"] = text_out_ + rest;
+      choice["logprobs"] = !pr_.logprobs ? ojson(nullptr) : chat_ ? chat_logprobs(logprobs_) : completion_logprobs(logprobs_, pr_.top_logprobs > 0);
+      choice["finish_reason"] = reason;
+      return w_->respond(json_response(200, envelope(chat_ ? "chat.completion" : "text_completion", ojson::array({choice}), true), extra_));
+    }
+    if (!rest.empty()) send(chunk(rest, nullptr, nullptr, false));
+    send(chunk("", nullptr, reason, false));
+    if (pr_.include_usage) send(envelope(chat_ ? "chat.completion.chunk" : "text_completion", ojson::array(), true));
+    w_->write("data: [DONE]\n\n");
+    w_->end_stream();
+  }
+
+  // Whatever went wrong, the client gets an answer: a 500, or an error event that ends the stream.
+  void fail(const std::string& message) {
+    if (!done_ && started_) ctx_.loop.cancel(id_);
+    done_ = true;
+    const ojson err = error_body(message, "server_error");
+    if (!pr_.stream || !started_) return w_->respond(json_response(500, err, extra_));
+    w_->write("data: " + dump_json(err) + "\n\n");
+    w_->end_stream();
+  }
+
+  ojson envelope(const char* object, ojson choices, bool usage) const {
+    ojson j = {{"id", rid_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}, {"choices", std::move(choices)}};
+    if (usage)
+      j["usage"] = {{"prompt_tokens", n_prompt_}, {"completion_tokens", completion_tokens_}, {"total_tokens", n_prompt_ + completion_tokens_}};
+    return j;
+  }
+
+  ojson chunk(const std::string& text, const ojson& logprob, const ojson& finish, bool first) const {
+    ojson choice = {{"index", 0}};
+    if (chat_) {
+      ojson delta = ojson::object();
+      if (first) delta["role"] = "assistant";
+      if (!text.empty() || first) delta["content"] = text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = text;
+    }
+    choice["logprobs"] = logprob;
+    choice["finish_reason"] = finish;
+    return envelope(chat_ ? "chat.completion.chunk" : "text_completion", ojson::array({choice}), false);
+  }
+
+  void send(const ojson& j) { w_->write("data: " + dump_json(j) + "\n\n"); }
+
+  EndpointContext& ctx_;
+  std::shared_ptr<WorkQueue> work_;
+  const bool chat_;
+  const ParsedRequest pr_;
+  const int n_prompt_;
+  std::shared_ptr<ResponseWriter> w_;
+  const HttpHeaders extra_;
+  Timer since_arrival_;
+  const int64_t created_ = (int64_t)std::time(nullptr);
+
+  std::mutex mu_;  // guards the four below
+  std::deque<Item> inbox_;
+  bool drain_posted_ = false, gone_ = false;
+  int64_t id_ = 0;
+
+  // Worker-side state (one drain at a time).
+  TextStream text_;
+  std::string rid_, text_out_;
+  std::vector<TokenLogprob> logprobs_;
+  int completion_tokens_ = 0;
+  size_t streamed_bytes_ = 0;
+  double last_token_s_ = -1;
+  bool done_ = false, started_ = false;
+};
+
+}  // namespace
+
+void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std::shared_ptr<ResponseWriter> w, HttpHeaders extra) {
+  const char* prompt_param = chat ? "messages" : "prompt";
+  auto reject = [&](int status, const std::string& message, const std::string& param = "") {
+    ctx.metrics.request_rejected();
+    w->respond(json_response(status, error_body(message, "invalid_request_error", param), extra));
+  };
+  auto body = parse_json_body(req.body);
+  if (!body.ok()) return reject(400, body.error().message);
+  std::string bad;
+  auto parsed = parse_request(body.value(), chat, std::random_device{}(), &bad);
+  if (!parsed.ok()) return reject(400, parsed.error().message, bad);
+  ParsedRequest pr = std::move(parsed.value());
+  if (chat && !ctx.chat) return reject(400, "this model has no usable chat template; use /v1/completions");
+  RenderedPrompt rendered;  // chat: which bytes came from the request; completions: all the caller's
+  if (chat) {
+    const ojson extra_vars = pr.tools.is_array() ? ojson{{"tools", pr.tools}} : ojson::object();
+    auto r = ctx.chat->render_json(pr.messages, true, &extra_vars);
+    if (!r.ok()) return reject(400, r.error().message, "messages");
+    rendered = std::move(r.value());
+  } else {
+    rendered.text = std::move(pr.prompt);
+  }
+  const std::string& text = rendered.text;
+  const int64_t n_ctx = ctx.model.config().n_ctx_train;
+  // Every token stands for at least one byte and at most the longest token's: a prompt this
+  // long is past the context whatever it says, and is refused without tokenizing it.
+  if (text.size() > ctx.longest_token_bytes * (size_t)n_ctx)
+    return reject(400,
+                  fmt::format("the prompt is {} bytes, more than the model's context of {} tokens can hold (tokens here are at "
+                              "most {} bytes)",
+                              text.size(), n_ctx, ctx.longest_token_bytes),
+                  prompt_param);
+  RequestParams rp;
+  // The tokenizer is immutable and thread-safe: each worker encodes on its own, outside any lock.
+  rp.prompt = chat ? ctx.tok.encode_chat(rendered, ctx.allow_special_in_messages) : ctx.tok.encode(text, true, true);
+  if ((int64_t)rp.prompt.size() >= n_ctx)
+    return reject(400, fmt::format("the prompt has {} tokens; the model's context is {} tokens", rp.prompt.size(), n_ctx), prompt_param);
+  if (pr.max_tokens_given && (int64_t)rp.prompt.size() + pr.max_tokens > n_ctx)
+    return reject(400,
+                  fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds the model's context of {} tokens", rp.prompt.size(),
+                              pr.max_tokens, n_ctx),
+                  "max_tokens");
+  if (!pr.max_tokens_given && chat) pr.max_tokens = (int)(n_ctx - (int64_t)rp.prompt.size());
+  rp.max_tokens = pr.max_tokens;
+  rp.sampling = pr.sampling;
+  rp.stop_tokens = ctx.tok.vocab().end_of_generation;
+  rp.want_logprobs = pr.logprobs;
+  rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
+  const int n_prompt = (int)rp.prompt.size();
+  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra));
+  run->submit(std::move(rp));
+}
+
+}  // namespace tandem::server

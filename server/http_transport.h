@@ -1,0 +1,127 @@
+// HTTP/1.1 for hostile networks (Boost.Beast on Asio), knowing nothing of OpenAI. Sockets are
+// served asynchronously by a few io threads, so idle or slow connections cost memory, not
+// threads. Every connection has deadlines (the whole header, the body, keep-alive idleness, each
+// write), the header and body limits are enforced while parsing (chunked bodies too), pipelined
+// requests are answered in order, and connections past a maximum get a quick 503.
+//
+// Handlers see a small interface: HttpRequest in, a ResponseWriter out. Work that may take time
+// runs on a separate worker pool, never on an io thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tandem::server {
+
+struct HttpLimits {
+  size_t max_header_bytes = 16u << 10;  // request line + fields: 431 past it
+  size_t max_header_count = 100;        // fields: 431 past it
+  size_t max_body_bytes = 4u << 20;     // decoded body, chunked or not: 413 past it
+  int max_connections = 1024;           // open at once; more get a 503 and are closed
+  int max_pipelined = 8;                // requests read ahead of their answers on one connection
+  std::chrono::milliseconds header_timeout{10'000};  // whole header, from its first byte: 408
+  std::chrono::milliseconds body_timeout{60'000};    // whole body, from the end of the header: 408
+  std::chrono::milliseconds idle_timeout{30'000};    // keep-alive wait for the next request
+  std::chrono::milliseconds write_timeout{30'000};   // one write (up to the cap below) unfinished: the client is gone
+  size_t max_pending_write_bytes = 1u << 20;         // unsent output past this: the client is gone
+  // The kernel's send buffer per socket (0: its own autotuning, up to tcp_wmem's 4 MiB). Fixed
+  // and modest, it bounds the kernel memory a client that stops reading can pin, and how much
+  // output it can swallow before the write deadline notices it.
+  int socket_send_buffer = 128 << 10;
+};
+
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // "/v1/completions?x=1"
+  int version = 11;    // 10 or 11
+  HttpHeaders headers;
+  std::string body;
+  // The first value of a field (name compared case-insensitively); nullopt when absent.
+  std::optional<std::string_view> header(std::string_view name) const;
+  std::string_view path() const;  // the target without its query
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  HttpHeaders headers;
+  bool close = false;  // Connection: close after this response
+};
+
+// Where a handler writes its one response: respond() once, or begin_stream(), write()..., end_stream().
+// Any thread may call it; the bytes go out on the connection's own strand. Calls after the
+// client left are ignored.
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  virtual void respond(HttpResponse r) = 0;
+  virtual void begin_stream(int status, std::string content_type, HttpHeaders headers) = 0;
+  virtual void write(std::string chunk) = 0;
+  virtual void end_stream() = 0;
+  // True once the client left (closed, reset, timed out, stopped reading) before the end.
+  virtual bool gone() const = 0;
+  // Runs `f` once, on an io thread, when the client leaves before the response is complete
+  // (at once if it already has). It must not block.
+  virtual void on_gone(std::function<void()> f) = 0;
+};
+
+class HttpHandler {
+ public:
+  virtual ~HttpHandler() = default;
+  // On an io thread, once the header is read and before any of the body: a response refuses
+  // the request without reading its body (the connection is closed after it).
+  virtual std::optional<HttpResponse> check_header(const HttpRequest& header_only) = 0;
+  // On an io thread: the answer to a cheap request (/health), or nullopt to run handle().
+  virtual std::optional<HttpResponse> answer_inline(const HttpRequest& r) = 0;
+  // On a worker thread. It may return before answering: the writer outlives it.
+  virtual void handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) = 0;
+};
+
+// The worker pool's door. It outlives the transport (whoever holds it may post after the
+// server stopped: post() then refuses).
+class WorkQueue {
+ public:
+  virtual ~WorkQueue() = default;
+  // Runs `f` on a worker thread; false (and `f` dropped) once the transport is stopping.
+  virtual bool post(std::function<void()> f) = 0;
+};
+
+class HttpTransport {
+ public:
+  HttpTransport(HttpHandler& handler, HttpLimits limits, int io_threads, int worker_threads);
+  ~HttpTransport();  // stop()
+  HttpTransport(const HttpTransport&) = delete;
+  HttpTransport& operator=(const HttpTransport&) = delete;
+
+  Status bind(const std::string& host, int port);  // port 0: any free port
+  int port() const;
+  void start();  // io and worker threads; returns at once
+  // Closes the listener and every connection (without waiting on any client), lets queued
+  // work finish, joins all threads. Idempotent.
+  void stop();
+  std::shared_ptr<WorkQueue> work_queue() const;
+  int open_connections() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The bytes of a whole response (status line, fields, body); exposed for tests.
+std::string serialize_response(const HttpResponse& r, bool keep_alive);
+const char* status_reason(int status);
+
+}  // namespace tandem::server
