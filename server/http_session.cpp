@@ -77,6 +77,14 @@ class Session::Writer : public ResponseWriter, public std::enable_shared_from_th
   std::function<void()> on_gone_;
 };
 
+std::shared_ptr<const void> reserve_body_bytes(const std::shared_ptr<TransportShared>& shared, size_t n) {
+  size_t cur = shared->body_bytes.load();
+  do {
+    if (cur + n > shared->limits.max_inflight_body_bytes) return nullptr;
+  } while (!shared->body_bytes.compare_exchange_weak(cur, cur + n));
+  return std::shared_ptr<const void>(shared.get(), [shared, n](const void*) { shared->body_bytes -= n; });
+}
+
 Session::Session(tcp::socket socket, std::shared_ptr<TransportShared> shared)
     : socket_(std::move(socket)),
       shared_(shared),
@@ -183,6 +191,12 @@ void Session::on_header(beast::error_code ec) {
   if (expect && beast::iequals(*expect, "100-continue") && queue_.empty() && out_.empty() && !writing_now_)
     append("HTTP/1.1 100 Continue\r\n\r\n");
   if (parser_->is_done()) return on_body({}, std::move(req), keep_alive);
+  const auto length = parser_->content_length();  // none: chunked, up to the body limit
+  req.body_budget = reserve_body_bytes(shared_, length ? (size_t)*length : shared_->limits.max_body_bytes);
+  if (!req.body_budget) {
+    reading_ = false;
+    return refuse(error_response(503, "the server is receiving too many request bodies at once; retry shortly"));
+  }
   arm_read_timer(shared_->limits.body_timeout, ReadPhase::Body);
   http::async_read(socket_, buffer_, *parser_,
                    [self = shared_from_this(), req = std::move(req), keep_alive](beast::error_code ec, size_t) mutable {

@@ -26,6 +26,7 @@ class Session;
 // What the sessions share with the transport: limits, the handler, the worker pool, and the
 // registry stop() walks to close every connection.
 struct TransportShared {
+  TransportShared(HttpHandler& h, HttpLimits l, std::shared_ptr<WorkQueue> w) : handler(h), limits(l), work(std::move(w)) {}
   HttpHandler& handler;
   HttpLimits limits;
   std::shared_ptr<WorkQueue> work;
@@ -34,7 +35,12 @@ struct TransportShared {
   std::list<std::weak_ptr<Session>> sessions;  // guarded by mu
   int open = 0;                                // guarded by mu
   std::atomic<bool> stopping{false};
+  std::atomic<size_t> body_bytes{0};  // reserved by bodies being read or held (max_inflight_body_bytes)
 };
+
+// Reserves `n` bytes of the in-flight body budget; null when it would pass the limit. The
+// reservation ends with the last copy of the returned pointer.
+std::shared_ptr<const void> reserve_body_bytes(const std::shared_ptr<TransportShared>& shared, size_t n);
 
 class Session : public std::enable_shared_from_this<Session> {
  public:

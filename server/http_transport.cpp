@@ -89,7 +89,7 @@ const std::string& busy_response() {
 
 struct HttpTransport::Impl {
   Impl(HttpHandler& h, HttpLimits l, int io, int workers)
-      : pool(std::make_shared<WorkerPool>(workers)), shared(new TransportShared{h, l, pool}), io_threads(std::max(1, io)), acceptor(net::make_strand(ioc)),
+      : pool(std::make_shared<WorkerPool>(workers)), shared(std::make_shared<TransportShared>(h, l, pool)), io_threads(std::max(1, io)), acceptor(net::make_strand(ioc)),
         retry_timer(acceptor.get_executor()) {}
 
   void accept() {

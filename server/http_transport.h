@@ -26,6 +26,10 @@ struct HttpLimits {
   size_t max_header_bytes = 16u << 10;  // request line + fields: 431 past it
   size_t max_header_count = 100;        // fields: 431 past it
   size_t max_body_bytes = 4u << 20;     // decoded body, chunked or not: 413 past it
+  // Request bodies held at once, all connections together, from the header until the handler
+  // drops the request (a chunked body counts as max_body_bytes): past it, 503. Without it, 1024
+  // connections could each hold a 4 MiB body.
+  size_t max_inflight_body_bytes = size_t{256} << 20;
   int max_connections = 1024;           // open at once; more get a 503 and are closed
   int max_pipelined = 8;                // requests read ahead of their answers on one connection
   std::chrono::milliseconds header_timeout{10'000};  // whole header, from its first byte: 408
@@ -47,6 +51,9 @@ struct HttpRequest {
   int version = 11;    // 10 or 11
   HttpHeaders headers;
   std::string body;
+  // The body's share of HttpLimits::max_inflight_body_bytes, given back when the last copy of
+  // this request is gone.
+  std::shared_ptr<const void> body_budget;
   // The first value of a field (name compared case-insensitively); nullopt when absent.
   std::optional<std::string_view> header(std::string_view name) const;
   std::string_view path() const;  // the target without its query

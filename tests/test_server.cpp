@@ -320,12 +320,6 @@ bool closed_by_peer(int fd, int ms) {
   return false;
 }
 
-int count(const std::string& hay, const std::string& needle) {
-  int n = 0;
-  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) n++;
-  return n;
-}
-
 struct TransportFixture : ::testing::Test {
   TestHandler handler;
   std::unique_ptr<HttpTransport> t;
@@ -389,6 +383,33 @@ TEST_F(TransportFixture, LimitsWhileParsing) {
   EXPECT_EQ(answer("NOT HTTP\r\n\r\n"), "HTTP/1.1 400");
   EXPECT_EQ(answer("GET /throw HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 500");
   EXPECT_EQ(handler.bodies_read.load(), 1);  // only /throw reached a handler
+}
+
+TEST_F(TransportFixture, BodiesHeldAtOnceAreBounded) {
+  HttpLimits l = small();
+  l.max_inflight_body_bytes = 1500;
+  start(l);
+  // A holds 1000 bytes of the budget while its body trickles in; B's 1000 do not fit.
+  const int a = dial(t->port());
+  send_all(a, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + std::string(10, 'a'));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string b_req = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+  int b = dial(t->port());
+  send_all(b, b_req);
+  EXPECT_EQ(read_until_quiet(b, 1000).substr(0, 12), "HTTP/1.1 503");
+  ::close(b);
+  // A small body still fits beside it; once A's request is answered its share is back.
+  b = dial(t->port());
+  send_all(b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 400\r\n\r\n" + std::string(400, 'b'));
+  EXPECT_EQ(read_until_quiet(b, 1000).substr(0, 12), "HTTP/1.1 200");
+  ::close(b);
+  send_all(a, std::string(990, 'a'));
+  EXPECT_EQ(read_until_quiet(a, 1000).substr(0, 12), "HTTP/1.1 200");
+  ::close(a);
+  b = dial(t->port());
+  send_all(b, b_req + std::string(1000, 'b'));
+  EXPECT_EQ(read_until_quiet(b, 1000).substr(0, 12), "HTTP/1.1 200");
+  ::close(b);
 }
 
 TEST_F(TransportFixture, DeadlinesAndConnectionLimit) {

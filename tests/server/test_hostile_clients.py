@@ -6,6 +6,7 @@
   - 200 slowloris sockets and 500 idle keep-alive connections at once
   - pipelined requests (all answered, in order)
   - a chunked body past 4 MiB, a 200 MB header line, 300,000 headers, too many header fields
+  - 100 connections announcing 4 MiB bodies at once (the bodies held at once are bounded)
   - a client that stops reading a stream, a non-streaming client that vanishes
   - the API key (from a file and from the environment; /metrics behind it; checked before the body)
   - Host, Origin and Content-Type guards, CORS for an allowed origin, a connection limit
@@ -443,6 +444,29 @@ def attack_limits(srv):
     healthy(srv, "after header/body limits")
 
 
+def attack_body_budget(srv):
+    """100 connections each announce a 4 MiB body and trickle it: the bodies held at once are
+    bounded (256 MiB), so the ones past it get a quick 503 instead of memory."""
+    socks, busy = [], 0
+    for _ in range(100):
+        s = connect(srv.port, timeout=5)
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {srv.host}\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {(4 << 20) - 1}\r\n\r\n".encode() + b" " * 1024)
+        socks.append(s)
+    time.sleep(0.5)
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(4096).startswith(b"HTTP/1.1 503"):
+                busy += 1
+        except (BlockingIOError, OSError):
+            pass
+    check(30 <= busy <= 40, f"in-flight bodies: {busy} of 100 announced 4 MiB bodies got a quick 503 (64 fit in 256 MiB)")
+    healthy(srv, "while 64 bodies trickle in")
+    for s in socks:
+        s.close()
+
+
 def attack_stuck_reader(srv):
     before = metric(srv, CANCELLED)
     s = connect(srv.port, timeout=30, rcvbuf=4096)
@@ -639,7 +663,7 @@ def main():
     srv = Server(a.tandem, a.model, ["--write-timeout", "3"])
     try:
         healthy(srv, "baseline")
-        for attack in (attack_utf8, attack_nesting, attack_slow_and_idle, attack_pipelining, attack_limits, attack_stuck_reader,
+        for attack in (attack_utf8, attack_nesting, attack_slow_and_idle, attack_pipelining, attack_limits, attack_body_budget, attack_stuck_reader,
                        attack_vanishing, attack_origin):
             t = time.time()
             attack(srv)
