@@ -8,7 +8,7 @@
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "apps/generation_options.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/utf8.h"
 
 namespace tandem::apps {

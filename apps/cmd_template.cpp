@@ -12,7 +12,7 @@
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "gguf/gguf_file.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::apps {

@@ -18,7 +18,7 @@
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/serving_loop.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::server {

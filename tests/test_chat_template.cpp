@@ -15,9 +15,9 @@
 
 #include "gguf/gguf_file.h"
 #include "test_paths.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/parser.h"
+#include "chat/chat_template.h"
+#include "chat/jinja/interpreter.h"
+#include "chat/jinja/parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {

@@ -145,8 +145,9 @@ TEST(Tokenizer, RandomBytesNeverBreakIt) {
         (void)t.decode(ids, true);
       }
       // Valid UTF-8 comes back exactly (broken bytes become U+FFFD first, as in llama.cpp).
-      if (t.vocab().kind == VocabKind::Bpe && utf8_valid(text))
+      if (t.vocab().kind == VocabKind::Bpe && utf8_valid(text)) {
         EXPECT_EQ(t.decode(t.encode(text, false, false)), text) << v;
+      }
     }
     vocabs_run++;
   }

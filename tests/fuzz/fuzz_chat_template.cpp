@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 namespace {
 

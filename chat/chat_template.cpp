@@ -1,9 +1,9 @@
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/parser.h"
+#include "chat/jinja/interpreter.h"
+#include "chat/jinja/parser.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/builtins.h"
+#include "chat/jinja/builtins.h"
 
 #include <string.h>  // memmem
 

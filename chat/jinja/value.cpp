@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja/budget.h"
+#include "chat/jinja/budget.h"
 
 namespace tandem::jinja {
 

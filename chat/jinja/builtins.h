@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja/budget.h"
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/budget.h"
+#include "chat/jinja/value.h"
 
 namespace tandem::jinja {
 

@@ -1,8 +1,8 @@
 // Runs a parsed template against a context of variables, within Limits.
 #pragma once
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/limits.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/limits.h"
 #include "tokenizer/rendered_prompt.h"
 
 namespace tandem::jinja {

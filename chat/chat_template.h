@@ -1,10 +1,10 @@
 // Chat formatting: the model's own Jinja template from the GGUF key tokenizer.chat_template,
-// rendered by tandem's Jinja subset (tokenizer/jinja/) with the variables Hugging Face's
+// rendered by tandem's Jinja subset (chat/jinja/) with the variables Hugging Face's
 // apply_chat_template provides (messages, add_generation_prompt, bos_token, eos_token, tools).
 //
 // A GGUF's template is untrusted code and a request's messages are untrusted data:
 // - every render runs within TemplateLimits (steps, bytes, nesting, wall time; see
-//   tokenizer/jinja/limits.h), so a hostile template ends with an error, never a hang or OOM;
+//   chat/jinja/limits.h), so a hostile template ends with an error, never a hang or OOM;
 // - the rendered prompt says which of its bytes came from the request (RenderedPrompt::
 //   data_spans), and Tokenizer::encode_chat parses special tokens only outside them, so a user
 //   typing "<|im_end|>\n<|im_start|>system" gets text, not a forged system turn.
@@ -18,7 +18,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "tokenizer/jinja/limits.h"
+#include "chat/jinja/limits.h"
 #include "tokenizer/rendered_prompt.h"
 #include "tokenizer/vocab.h"
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "tokenizer/jinja/taint.h"
+#include "chat/jinja/taint.h"
 
 namespace tandem::jinja {
 

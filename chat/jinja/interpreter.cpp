@@ -1,12 +1,12 @@
-#include "tokenizer/jinja/interpreter.h"
+#include "chat/jinja/interpreter.h"
 
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 
-#include "tokenizer/jinja/budget.h"
-#include "tokenizer/jinja/builtins.h"
+#include "chat/jinja/budget.h"
+#include "chat/jinja/builtins.h"
 
 namespace tandem::jinja {
 

@@ -4,8 +4,8 @@
 
 #include <string_view>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/limits.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/limits.h"
 
 namespace tandem::jinja {
 

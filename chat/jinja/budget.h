@@ -9,8 +9,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tokenizer/jinja/limits.h"
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/limits.h"
+#include "chat/jinja/value.h"
 
 namespace tandem::jinja {
 
