@@ -94,6 +94,17 @@ class Server:
         check(not self.sanitizer_reports, f"no sanitizer reports from the server ({len(self.sanitizer_reports)})")
 
 
+def sigterm(srv):
+    """Sends SIGTERM; returns the exit code (None if still running after 10 s) and the seconds taken."""
+    t = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    try:
+        rc = srv.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = None
+    return rc, time.time() - t
+
+
 # ---- raw HTTP ---------------------------------------------------------------------------------
 
 def connect(port, timeout=30, rcvbuf=None):
@@ -573,13 +584,8 @@ def hostile_template_checks(tandem, model):
         for _ in range(4):
             ex.submit(http, srv, "POST", "/v1/chat/completions", body, None, "application/json", 30)
         time.sleep(0.3)
-        t = time.time()
-        srv.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = srv.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        check(rc == 0 and time.time() - t < 1.5, f"SIGTERM during 4 hostile renders: exit {rc} in {time.time() - t:.2f} s")
+        rc, dt = sigterm(srv)
+        check(rc == 0 and dt < 1.5, f"SIGTERM during 4 hostile renders: exit {rc} in {dt:.2f} s")
         ex.shutdown(wait=True)
     finally:
         srv.stop()
@@ -675,13 +681,8 @@ def main():
         s2.sendall(request_bytes("POST", "/v1/completions", srv.host,
                                  json.dumps({"prompt": "1, 2, 3,", "max_tokens": 3000, "stream": True}).encode()))
         time.sleep(1)
-        t = time.time()
-        srv.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = srv.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        check(rc == 0 and time.time() - t < 5, f"SIGTERM with stuck clients: exit {rc} in {time.time() - t:.1f} s")
+        rc, dt = sigterm(srv)
+        check(rc == 0 and dt < 5, f"SIGTERM with stuck clients: exit {rc} in {dt:.1f} s")
         s1.close()
         s2.close()
     finally:
