@@ -40,6 +40,8 @@ std::vector<Loaded> load() {
   } else {
     const std::string dir = std::string(TANDEM_SOURCE_DIR) + "/../shared/tokenizer-vectors/ggml-vocab-";
     for (const char* v : {"gpt-2", "llama-spm", "phi-3", "falcon", "mpt", "deepseek-llm"}) paths += dir + v + ".gguf:";
+    // The bundled model (scripts/setup.sh fetches it): a vocabulary even where ../shared is absent.
+    paths += std::string(TANDEM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf:";
   }
   std::vector<Loaded> out;
   std::stringstream ss(paths);
