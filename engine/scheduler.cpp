@@ -249,20 +249,19 @@ Status Scheduler::step() {
   }
   if (plan.empty()) return Status::Ok();
 
-  std::vector<BatchEntry> batch;
-  std::vector<std::vector<int32_t>> tables;
+  // The pass's batch: each planned sequence's next tokens; logits where a chunk reaches the
+  // sequence's last token (a prompt's end, or a decode token).
+  ForwardBatch batch(pool_.block_tokens());
   std::vector<Seq*> logit_seq;
-  for (size_t i = 0; i < plan.size(); i++) {
+  Status built = Status::Ok();
+  for (size_t i = 0; i < plan.size() && built.ok(); i++) {
     Seq& s = *plan[i].seq;
-    tables.push_back(s.blocks);
-    for (int64_t k = 0; k < plan[i].n; k++) {
-      const int64_t p = s.n_computed + k;
-      const bool last = p == (int64_t)s.tokens.size() - 1;
-      batch.push_back({s.tokens[(size_t)p], p, (int)i, last});
-      if (last) logit_seq.push_back(&s);
-    }
+    const bool last = s.n_computed + plan[i].n == (int64_t)s.tokens.size();
+    const std::span<const int32_t> chunk(s.tokens.data() + s.n_computed, (size_t)plan[i].n);
+    built = batch.add_sequence(chunk, s.n_computed, s.blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None);
+    if (last) logit_seq.push_back(&s);
   }
-  auto logits = model_.forward_batch(pool_, batch, tables);
+  auto logits = built.ok() ? model_.forward(pool_, batch) : Result<std::span<const float>>(built.error());
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;
