@@ -80,6 +80,12 @@ Result<Tensor> CpuBackend::prepare_vector(const WeightSource& src) {
   return t;
 }
 
+template <typename F>
+void CpuBackend::few_rows(int64_t n, F f) {
+  if (team_) return each_row(n, f);
+  for (int64_t t = 0; t < n; t++) f(t);
+}
+
 void CpuBackend::sync() {
   if (!team_ || !t_unsynced) return;
 #pragma omp barrier
@@ -120,7 +126,7 @@ void CpuBackend::each_row(int64_t n, F f) {
 void CpuBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out) {
   const cpu::WeightMatrix& e = matrix(table);
   const std::span<const int32_t> tokens = b.tokens();
-  each_row((int64_t)tokens.size(),
+  few_rows((int64_t)tokens.size(),
            [&](int64_t t) { cpu::dequantize_row(e.type, e.row(tokens[(size_t)t]), f32(out) + t * out.cols, out.cols); });
 }
 
@@ -163,7 +169,7 @@ void CpuBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor
 
 void CpuBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim, const Tensor& out) {
   const std::span<const int64_t> pos = b.positions();
-  each_row((int64_t)pos.size(),
+  few_rows((int64_t)pos.size(),
            [&](int64_t t) { cpu::rope_angles(pos[(size_t)t], inv_freq.data(), rope_dim, f32(out) + t * out.cols); });
 }
 
@@ -182,7 +188,7 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up) {
 void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) {
   const int64_t row = k.cols;
   const std::span<const int64_t> slots = b.slots();
-  each_row(k.rows, [&](int64_t i) {
+  few_rows(k.rows, [&](int64_t i) {
     const int64_t slot = slots[(size_t)i];
     uint8_t* block = kv.data + (size_t)b.slot_block(slot) * kv.block_bytes() + (size_t)b.slot_row(slot) * kv.row_bytes;
     const float* ks = f32(k) + i * row;
@@ -220,7 +226,7 @@ void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const 
 void CpuBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
                         const Tensor& scratch, const Tensor& out) {
   const int64_t d = x.cols;
-  each_row((int64_t)rows.size(),
+  few_rows((int64_t)rows.size(),
            [&](int64_t r) { cpu::rmsnorm(f32(x) + rows[(size_t)r] * d, f32(norm), f32(scratch) + r * d, d, eps); });
   const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
   const Product p{&w, &out};

@@ -55,6 +55,10 @@ class CpuBackend final : public Backend {
   // otherwise split over the threads.
   template <typename F>
   void each_row(int64_t n, F f);
+  // The same for work too small to be worth a parallel region at any row count (a row's
+  // embedding lookup, RoPE angles, K,V store): outside a team it runs on the calling thread.
+  template <typename F>
+  void few_rows(int64_t n, F f);
   // In a team pass: a barrier when element-wise work of member 0 is pending (see the .cpp).
   void sync();
 
