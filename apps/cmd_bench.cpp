@@ -66,7 +66,7 @@ Command add_bench_command(CLI::App& app) {
     auto test_name = [&](const char* kind, int64_t n) {
       return a->depth > 0 ? fmt::format("{}{} @ d{}", kind, n, a->depth) : fmt::format("{}{}", kind, n);
     };
-    const cpu::MachinePeaks peaks = cpu::measure_machine(model.kernels().isa, omp_threads());
+    const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
     const ModelShape shape = ModelShape::of(c, model.weights(), kv == DType::F32 ? 4 : 2);
     if (auto w = time_prefill(model, std::min<int64_t>(16, c.n_ctx_train), kv); !w.ok()) return fail(w.error().message);  // warm-up
 
@@ -93,7 +93,7 @@ Command add_bench_command(CLI::App& app) {
       Test t{test_name("tg", a->n), {}, {}, peaks};
       // Decode's roof is probed beside its runs (before each, after the last): the host's
       // bandwidth drifts too much between minutes for the probe at start to stand for them.
-      cpu::ReadProbe probe(omp_threads(), peaks.probe_bytes);
+      cpu::ReadProbe probe(cpu_backend(model).threads(), peaks.probe_bytes);
       std::vector<double> read_rates;
       double total = 0;
       for (int r = 0; r < a->reps; r++) {
@@ -115,8 +115,8 @@ Command add_bench_command(CLI::App& app) {
       nlohmann::ordered_json j = {{"model", name},
                                   {"size_bytes", file_bytes},
                                   {"params", params},
-                                  {"threads", omp_threads()},
-                                  {"isa", std::string(cpu::isa_name(model.kernels().isa))},
+                                  {"threads", cpu_backend(model).threads()},
+                                  {"isa", std::string(cpu::isa_name(cpu_backend(model).isa()))},
                                   {"activations", a->load.activations},
                                   {"repetitions", a->reps},
                                   {"depth", a->depth}};
@@ -136,8 +136,8 @@ Command add_bench_command(CLI::App& app) {
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
         fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {:.1f}% |\n", name,
-                   format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(model.kernels().isa), a->load.activations,
-                   omp_threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
+                   format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(cpu_backend(model).isa()), a->load.activations,
+                   cpu_backend(model).threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
                    100 * t.best.flops_per_s() / t.peaks.flops_per_s, 100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);
       }
       fmt::print("\nmachine: {:.1f} GFLOP/s f32 FMA peak, {:.1f} GB/s read bandwidth ({} threads); ridge {:.1f} FLOP/byte\n",

@@ -41,7 +41,7 @@ Command add_explain_command(CLI::App& app) {
       return true;
     });
     if (!st.ok()) return fail(st.error().message);
-    const cpu::MachinePeaks peaks = cpu::measure_machine(model.kernels().isa, omp_threads());
+    const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
 
     const double kv_elem = cfg.kv_dtype == DType::F32 ? 4 : 2;
     const ModelShape shape = ModelShape::of(model.config(), model.weights(), kv_elem);

@@ -33,10 +33,10 @@ Command add_logits_command(CLI::App& app) {
     std::istringstream in(a->tokens);
     for (int32_t t; in >> t;) tokens.push_back(t);
     if (tokens.empty()) return fail("no tokens given");
-    set_threads(a->threads);
+    auto backend = make_cpu_backend(a->isa, a->threads, a->activations == "q8");
+    if (!backend.ok()) return fail(backend.error().message);
     ModelOptions opts;
-    if (!cpu::parse_isa(a->isa, &opts.isa)) return fail(fmt::format("unknown or unsupported --isa '{}'", a->isa));
-    opts.quantized_activations = a->activations == "q8";
+    opts.backend = backend.value();
     auto model = LlamaModel::load(a->model, opts);
     if (!model.ok()) return fail(model.error().message);
     LlamaModel& m = *model.value();

@@ -1,8 +1,8 @@
 #include "apps/common.h"
 
-#include <omp.h>
-
 #include <fmt/core.h>
+
+#include "model/llama_model.h"
 
 namespace tandem::apps {
 
@@ -11,12 +11,14 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-void set_threads(int n) {
-  if (n > 0) omp_set_num_threads(n);
+Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int threads, bool quantized_activations) {
+  CpuBackendOptions o;
+  if (!cpu::parse_isa(isa, &o.isa)) return make_error("unknown or unsupported --isa '{}'", isa);
+  o.threads = threads;
+  o.quantized_activations = quantized_activations;
+  return std::make_shared<CpuBackend>(o);
 }
 
-}  // namespace tandem::apps
+const CpuBackend& cpu_backend(const LlamaModel& m) { return dynamic_cast<const CpuBackend&>(m.backend()); }
 
-namespace tandem::apps {
-int omp_threads() { return omp_get_max_threads(); }
 }  // namespace tandem::apps

@@ -1,18 +1,25 @@
 // Helpers shared by the CLI subcommands (the only layer that prints errors and exits).
 #pragma once
 
+#include <memory>
 #include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace tandem {
+class LlamaModel;
+}
 
 namespace tandem::apps {
 
 // Prints "error: msg" to stderr and returns the exit code 1.
 int fail(const std::string& msg);
-// Sets the OpenMP thread count; 0 keeps the default (all cores).
-void set_threads(int n);
 
-}  // namespace tandem::apps
+// The CPU backend for the command line's options: kernel level ("auto", "avx2", ...),
+// threads (0 = all cores), 8-bit or float activations.
+Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int threads, bool quantized_activations);
+// The CPU backend a model runs on (the CLI builds every model on one).
+const CpuBackend& cpu_backend(const LlamaModel& m);
 
-namespace tandem::apps {
-// Threads OpenMP will use for the next parallel region.
-int omp_threads();
 }  // namespace tandem::apps

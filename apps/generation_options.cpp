@@ -49,10 +49,10 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
 }
 
 Result<LoadedModel> load_model(const ModelLoadOptions& o) {
-  set_threads(o.threads);
+  auto backend = make_cpu_backend(o.isa, o.threads, o.activations == "q8");
+  if (!backend.ok()) return backend.error();
   ModelOptions mo;
-  if (!cpu::parse_isa(o.isa, &mo.isa)) return make_error("unknown or unsupported --isa '{}'", o.isa);
-  mo.quantized_activations = o.activations == "q8";
+  mo.backend = backend.value();
   auto m = LlamaModel::load(o.model, mo);
   if (!m.ok()) return m.error();
   auto tok = Tokenizer::from_gguf(m.value()->gguf());
@@ -64,8 +64,8 @@ void print_stats(const GenerationStats& st, const LlamaModel& m, const Generatio
   if (o.quiet_stats) return;
   const LlamaConfig& c = m.config();
   fmt::print(stderr, "\n\n--- tandem: {} ({}), {} threads, {} kernels, {} activations ---\n",
-             c.name.empty() ? c.arch : c.name, c.arch, omp_threads(), cpu::isa_name(m.kernels().isa),
-             m.kernels().quantized_activations ? "8-bit" : "f32");
+             c.name.empty() ? c.arch : c.name, c.arch, cpu_backend(m).threads(), cpu::isa_name(cpu_backend(m).isa()),
+             cpu_backend(m).quantized_activations() ? "8-bit" : "f32");
   fmt::print(stderr, "prompt tokens  {}{}\n", st.n_prompt,
              st.n_reused ? fmt::format(" ({} reused from the KV cache)", st.n_reused) : "");
   fmt::print(stderr, "prefill        {} tokens in {:.2f} ms = {:.1f} tok/s   TTFT {:.2f} ms\n", st.n_prompt - st.n_reused,

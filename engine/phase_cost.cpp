@@ -18,9 +18,9 @@ ModelShape ModelShape::of(const LlamaConfig& c, const LlamaWeights& w, double kv
   m.n_head = c.n_head;
   m.n_kv_head = c.n_kv_head;
   m.head_dim = c.head_dim;
-  auto add = [&](const cpu::WeightMatrix& x) {
+  auto add = [&](const Weight& x) {
     m.matmul_elements_per_token += (double)x.rows * (double)x.cols;
-    m.matmul_bytes += (double)x.bytes();
+    m.matmul_bytes += (double)x.bytes;
   };
   for (const auto& l : w.layers)
     for (const auto* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*x);

@@ -169,8 +169,29 @@ void Scheduler::finish(Seq& s, FinishReason r, const std::string& error) {
   s.cb(e);
 }
 
+// One iteration in three parts, as nano-vllm and vLLM run it: schedule() decides which
+// sequences run how many tokens and gives them blocks, run() is the one forward pass over
+// their ForwardBatch, postprocess() samples and reports.
 Status Scheduler::step() {
-  // Drop cancelled requests first: their blocks return to the pool now.
+  drop_cancelled();
+  admit_waiting();
+  const std::vector<Planned> plan = schedule();
+  if (plan.empty()) return Status::Ok();
+  std::vector<Seq*> logit_seq;
+  auto logits = run(plan, logit_seq);
+  stats_.steps++;
+  if (!logits.ok()) {
+    const std::string msg = logits.error().message;
+    for (const Planned& p : plan) finish(*p.seq, FinishReason::Error, msg);
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
+    return logits.error();
+  }
+  postprocess(plan, logit_seq, logits.value());
+  return Status::Ok();
+}
+
+void Scheduler::drop_cancelled() {
+  // Cancelled requests first: their blocks return to the pool now.
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if ((*it)->cancelled) {
       finish(**it, FinishReason::Cancelled);
@@ -187,7 +208,9 @@ Status Scheduler::step() {
       ++it;
     }
   }
-  // Admit waiting requests while there is room.
+}
+
+void Scheduler::admit_waiting() {
   // A preempted sequence whose tokens so far outgrew the whole pool can never run again, and
   // one that cannot be admitted into an empty batch never will be: both end as "length" (cut
   // short for want of KV blocks) rather than waiting forever.
@@ -204,14 +227,12 @@ Status Scheduler::step() {
     finish(s, FinishReason::Length, "the KV pool is full");
     waiting_.pop_front();
   }
-  if (running_.empty()) return Status::Ok();
+}
 
-  // Plan this step: decode tokens first (one each), then prefill chunks, within the budget.
-  struct Planned {
-    Seq* seq;
-    int64_t n;
-  };
+std::vector<Scheduler::Planned> Scheduler::schedule() {
   std::vector<Planned> plan;
+  if (running_.empty()) return plan;
+  // Decode tokens first (one each), then prefill chunks, within the budget.
   int64_t budget = opts_.max_batch_tokens;
   for (int pass = 0; pass < 2; pass++)
     for (auto& sp : running_) {
@@ -247,30 +268,26 @@ Status Scheduler::step() {
     waiting_.push_front(std::move(running_.back()));
     running_.pop_back();
   }
-  if (plan.empty()) return Status::Ok();
+  return plan;
+}
 
-  std::vector<BatchEntry> batch;
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<Seq*> logit_seq;
-  for (size_t i = 0; i < plan.size(); i++) {
-    Seq& s = *plan[i].seq;
-    tables.push_back(s.blocks);
-    for (int64_t k = 0; k < plan[i].n; k++) {
-      const int64_t p = s.n_computed + k;
-      const bool last = p == (int64_t)s.tokens.size() - 1;
-      batch.push_back({s.tokens[(size_t)p], p, (int)i, last});
-      if (last) logit_seq.push_back(&s);
-    }
+Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, std::vector<Seq*>& logit_seq) {
+  // The pass's batch: each planned sequence's next tokens; logits where a chunk reaches the
+  // sequence's last token (a prompt's end, or a decode token).
+  ForwardBatch batch(pool_.block_tokens());
+  for (const Planned& p : plan) {
+    Seq& s = *p.seq;
+    const bool last = s.n_computed + p.n == (int64_t)s.tokens.size();
+    const std::span<const int32_t> chunk(s.tokens.data() + s.n_computed, (size_t)p.n);
+    TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
+    if (last) logit_seq.push_back(&s);
   }
-  auto logits = model_.forward_batch(pool_, batch, tables);
-  stats_.steps++;
-  if (!logits.ok()) {
-    const std::string msg = logits.error().message;
-    for (auto& p : plan) finish(*p.seq, FinishReason::Error, msg);
-    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
-    return logits.error();
-  }
-  for (auto& p : plan) {
+  return model_.forward(pool_, batch);
+}
+
+void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<Seq*>& logit_seq,
+                            std::span<const float> logits) {
+  for (const Planned& p : plan) {
     p.seq->n_computed += p.n;
     publish_full_blocks(*p.seq);
   }
@@ -279,7 +296,7 @@ Status Scheduler::step() {
   std::vector<Seq*> done;
   for (size_t r = 0; r < logit_seq.size(); r++) {
     Seq& s = *logit_seq[r];
-    const std::span<const float> row = logits.value().subspan(r * (size_t)V, (size_t)V);
+    const std::span<const float> row = logits.subspan(r * (size_t)V, (size_t)V);
     if (s.n_generated >= s.params.max_tokens) {  // max_tokens == 0, or resumed at the limit
       done.push_back(&s);
       continue;
@@ -310,7 +327,6 @@ Status Scheduler::step() {
   }
   for (Seq* s : done) finish(*s, FinishReason::Length);
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
-  return Status::Ok();
 }
 
 }  // namespace tandem

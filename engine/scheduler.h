@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <span>
 #include <memory>
 #include <string>
 #include <utility>
@@ -85,6 +86,16 @@ class Scheduler {
 
  private:
   struct Seq;
+  struct Planned {  // a sequence and how many of its tokens this step computes
+    Seq* seq;
+    int64_t n;
+  };
+  // step()'s parts: schedule -> run -> postprocess.
+  void drop_cancelled();
+  void admit_waiting();
+  std::vector<Planned> schedule();  // tokens per sequence within the budget; blocks (preempting)
+  Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Seq*>& logit_seq);
+  void postprocess(const std::vector<Planned>& plan, const std::vector<Seq*>& logit_seq, std::span<const float> logits);
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);

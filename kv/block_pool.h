@@ -45,6 +45,7 @@ class BlockPool {
   uint8_t* k(int32_t block, int layer) { return base(block, layer); }
   uint8_t* v(int32_t block, int layer) { return base(block, layer) + (size_t)shape_.block_tokens * row_bytes_; }
   const uint8_t* data() const { return data_.get(); }
+  uint8_t* data() { return data_.get(); }
   // Byte offsets inside a block of one layer's K and V rows.
   size_t k_offset(int layer) const { return (size_t)layer * 2 * shape_.block_tokens * row_bytes_; }
   size_t v_offset(int layer) const { return k_offset(layer) + (size_t)shape_.block_tokens * row_bytes_; }

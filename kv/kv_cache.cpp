@@ -3,8 +3,6 @@
 #include <cstring>
 #include <new>
 
-#include "kernels/cpu/dot.h"
-
 namespace tandem {
 
 Result<KvCache> KvCache::create(const KvCacheShape& shape) {
@@ -21,20 +19,6 @@ Result<KvCache> KvCache::create(const KvCacheShape& shape) {
   c.data_.reset(new (std::nothrow) uint8_t[c.bytes_]);
   if (!c.data_) return make_error("cannot allocate a KV cache of {} bytes", c.bytes_);
   return c;
-}
-
-void KvCache::store(int layer, int64_t pos, const float* k_rows, const float* v_rows, int64_t n) {
-  const int64_t count = n * row_elems();
-  const size_t offset = (size_t)pos * row_elems();
-  if (shape_.dtype == DType::F32) {
-    std::memcpy(static_cast<float*>(k(layer)) + offset, k_rows, count * sizeof(float));
-    std::memcpy(static_cast<float*>(v(layer)) + offset, v_rows, count * sizeof(float));
-    return;
-  }
-  auto* kd = static_cast<uint16_t*>(k(layer)) + offset;
-  auto* vd = static_cast<uint16_t*>(v(layer)) + offset;
-  cpu::f32_to_f16(k_rows, kd, count);
-  cpu::f32_to_f16(v_rows, vd, count);
 }
 
 }  // namespace tandem

@@ -41,9 +41,7 @@ class KvCache {
   const void* k(int layer) const { return data_.get() + (size_t)(2 * layer) * layer_bytes_; }
   const void* v(int layer) const { return data_.get() + (size_t)(2 * layer + 1) * layer_bytes_; }
 
-  // Writes n rows of K and V (float, [n, row_elems]) for positions [pos, pos + n) of a layer.
-  void store(int layer, int64_t pos, const float* k_rows, const float* v_rows, int64_t n);
-  // Marks n more positions filled (after every layer stored them).
+  // Marks n more positions filled (after every layer stored them: the backend's store_kv).
   void advance(int64_t n) { n_tokens_ += n; }
   // Forgets positions from n on (rewind), or all of them.
   void truncate(int64_t n) { n_tokens_ = n < n_tokens_ ? n : n_tokens_; }

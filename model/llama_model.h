@@ -3,20 +3,21 @@
 //                    K and V of every position into the KV cache;
 //   decode(token):   one token (matrix-vector products), appending one K,V row per layer and
 //                    attending over the whole cache;
-// plus forward_no_cache(), the naive mode that recomputes K,V of the whole sequence each step.
+// plus forward_no_cache(), the naive mode that recomputes K,V of the whole sequence each step,
+// and forward(), a serving step over tokens of many sequences in a block pool. All of them run
+// the one pass (LlamaModel::pass) over a ForwardBatch, as calls to the backend (backend/).
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/forward_batch.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "kernels/cpu/dot.h"
-#include "kernels/cpu/matmul.h"
 #include "kv/kv_cache.h"
 #include "model/llama_config.h"
 #include "model/llama_weights.h"
@@ -24,25 +25,11 @@
 namespace tandem {
 
 struct ModelOptions {
-  cpu::Isa isa = cpu::best_isa();
-  int64_t max_prefill_chunk = 512;  // longer prompts run as several batched chunks
-  // 8-bit activations for Q4_0/Q4_1/Q8_0 weights (llama.cpp's numerics, faster); false keeps
-  // every product in float, which reference checks use.
-  bool quantized_activations = true;
+  std::shared_ptr<Backend> backend;  // null: default_backend() (the CPU, every core)
+  int64_t max_prefill_chunk = 512;   // longer prompts run as several batched chunks
 };
 
 class BlockPool;
-
-// Where a forward pass writes and reads K,V for one layer: a sequence's contiguous cache, or
-// the blocks of a pool shared by many sequences.
-class LayerKv {
- public:
-  virtual ~LayerKv() = default;
-  // Rows for the n tokens in flight: k, v [n, kv_dim].
-  virtual void store(int layer, const float* k, const float* v, int64_t n) = 0;
-  // Attention of the n tokens' queries q [n, q_dim] into out [n, q_dim].
-  virtual void attend(int layer, const float* q, int64_t n, float* out) = 0;
-};
 
 // One token of a serving step: which sequence it belongs to, its position, whether its
 // logits are wanted (the last prompt token, or a decode token).
@@ -61,7 +48,7 @@ class LlamaModel {
   const LlamaConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
   const GgufFile& gguf() const { return *file_; }
-  const cpu::CpuKernels& kernels() const { return kernels_; }
+  Backend& backend() const { return *backend_; }
 
   KvCacheShape kv_shape(int64_t max_tokens, DType dtype = DType::F16) const;
   Result<KvCache> new_kv_cache(int64_t max_tokens, DType dtype = DType::F16) const;
@@ -74,10 +61,11 @@ class LlamaModel {
   // Phase 2. Runs one token at position kv.size(), appends its K,V, returns [n_vocab] logits.
   Result<std::span<const float>> decode(KvCache& kv, int32_t token);
 
-  // A serving step (continuous batching): tokens of several sequences in one pass, so every
-  // weight matrix multiplies all of them at once. Token i's K,V go to the blocks of
-  // tables[batch[i].seq] (which must cover its position) and its attention reads them.
-  // Returns [n_logits, n_vocab]: one row per entry with logits set, in batch order.
+  // A serving step (continuous batching): the batch's tokens of several sequences in one pass,
+  // so every weight matrix multiplies all of them at once; their K,V go to the pool's blocks at
+  // the batch's slots. Returns [n_logits, n_vocab]: one row per logit row of the batch, in order.
+  Result<std::span<const float>> forward(BlockPool& pool, const ForwardBatch& batch);
+  // The same from entries and per-sequence block tables (entry.seq indexes `tables`).
   Result<std::span<const float>> forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
                                                std::span<const std::vector<int32_t>> tables);
 
@@ -90,37 +78,30 @@ class LlamaModel {
   LlamaModel() = default;
   Status check_tokens(std::span<const int32_t> tokens) const;
   void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
-  void embed(std::span<const int32_t> tokens);
-  // The transformer layers over the n_tokens in flight, token t at position pos[t]: prefill
-  // runs them with a block of tokens, decode with one, a serving step with tokens of many
-  // sequences. `kv` says where each layer's K,V rows go and are read from.
-  void run_layers(LayerKv& kv, int64_t n_tokens, const int64_t* pos);
-  void layer_pass(LayerKv& kv, int64_t n_tokens, bool team);  // run_layers' body
-  void run_layers(KvCache& kv, int64_t n_tokens, int64_t pos0);  // one sequence's contiguous cache
-  void project(std::initializer_list<cpu::Projection> group, const float* in, int64_t n_tokens) const;
-  void compute_logits(int64_t first_row, int64_t n_rows, float* out);
-  void compute_logits_rows(std::span<const int64_t> rows, float* out);  // rows of x_, in order
+  // The one forward pass: embed the batch's tokens, run every layer (K,V through `kv`), and
+  // write the logits of its logit rows to rows [logits_at, ...) of logits_.
+  void pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at);
 
   std::unique_ptr<GgufFile> file_;
+  std::shared_ptr<Backend> backend_;
   LlamaConfig config_;
   LlamaWeights weights_;
-  cpu::CpuKernels kernels_;
   ModelOptions opts_;
   std::vector<double> inv_freq_;  // [rope_dim / 2] RoPE angle per position, per pair
 
-  // Activations of the tokens in flight, grown on demand and reused across calls.
+  // Activations of the tokens in flight (backend memory), grown on demand and reused.
   int64_t scratch_tokens_ = 0;
-  std::vector<float> x_;       // [n, n_embd] residual stream
-  std::vector<float> xb_;      // [n, n_embd] normed input of a sub-block
-  std::vector<float> q_;       // [n, q_dim]
-  std::vector<float> k_;       // [n, kv_dim]
-  std::vector<float> v_;       // [n, kv_dim]
-  std::vector<float> att_;     // [n, q_dim] attention output
-  std::vector<float> proj_;    // [n, n_embd] output of attn_output / ffn_down
-  std::vector<float> gate_;    // [n, n_ff]
-  std::vector<float> up_;      // [n, n_ff]
-  std::vector<float> logits_;  // [n_logit_rows, n_vocab]
-  std::vector<float> rope_cs_;  // [n, rope_dim] each position's RoPE cos, sin pairs
+  Tensor x_;        // [n, n_embd] residual stream
+  Tensor xb_;       // [n, n_embd] normed input of a sub-block
+  Tensor q_;        // [n, q_dim]
+  Tensor k_;        // [n, kv_dim]
+  Tensor v_;        // [n, kv_dim]
+  Tensor att_;      // [n, q_dim] attention output
+  Tensor proj_;     // [n, n_embd] output of attn_output / ffn_down
+  Tensor gate_;     // [n, n_ff]
+  Tensor up_;       // [n, n_ff]
+  Tensor rope_cs_;  // [n, rope_dim] each position's RoPE cos, sin pairs
+  Tensor logits_;   // [n_logit_rows, n_vocab]
 };
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/fp16.h"
 #include "kv/kv_cache.h"
 
@@ -26,11 +27,19 @@ TEST(KvCache, AllocatesExactlyTheFormula) {
   }
 }
 
+// The forward pass sees a contiguous cache as a KvStore of one block holding the whole
+// context: the backend's store at positions 3 and 4 of layer 1 lands in k(1) and v(1) rows.
 TEST(KvCache, StoresRowsAtTheirPositions) {
   auto kv = KvCache::create({2, 1, 4, 8, DType::F16});
   ASSERT_TRUE(kv.ok());
-  const float k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v[8] = {-1, -2, -3, -4, -5, -6, -7, -8};
-  kv->store(1, 3, k, v, 2);
+  const std::vector<float> k = {1, 2, 3, 4, 5, 6, 7, 8}, v = {-1, -2, -3, -4, -5, -6, -7, -8};
+  CpuBackend be;
+  const Tensor kt = be.upload(k, 2, 4), vt = be.upload(v, 2, 4);
+  const KvStore store{static_cast<uint8_t*>(kv->k(0)), DType::F16, 2, 8, 1, 4 * kv->elem_bytes()};
+  ForwardBatch b(8);
+  const int32_t table[1] = {0};
+  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{0, 0}, 3, table, ForwardBatch::Logits::None).ok());
+  be.run_pass(2, [&] { be.store_kv(kt, vt, store, 1, b); });
   kv->advance(5);
   EXPECT_EQ(kv->size(), 5);
   const auto* kh = static_cast<const uint16_t*>(kv->k(1));

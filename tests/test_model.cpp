@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
 #include "model/llama_model.h"
 #include "tiny_model.h"
@@ -20,7 +21,7 @@ std::unique_ptr<LlamaModel> tiny(const TinyShape& s, cpu::Isa isa = cpu::best_is
   auto f = test::tiny_model_file(s);
   if (!f) return nullptr;
   ModelOptions o;
-  o.isa = isa;
+  o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{isa});
   o.max_prefill_chunk = chunk;
   auto m = LlamaModel::from_gguf(std::move(f), o);
   EXPECT_TRUE(m.ok()) << m.error().message;
@@ -100,7 +101,7 @@ TEST(Model, TiedOutputUsesTokenEmbedding) {
   auto m = tiny(s);
   ASSERT_NE(m, nullptr);
   EXPECT_TRUE(m->config().tied_output);
-  EXPECT_EQ(m->weights().output.data, m->weights().token_embd.data);
+  EXPECT_EQ(m->weights().output.impl, m->weights().token_embd.impl);  // the same prepared weight
 }
 
 TEST(Model, BadInputIsAnErrorNotACrash) {

@@ -1,0 +1,147 @@
+// The seam between the forward pass and the hardware: the dozen operations a decoder-only
+// transformer's forward pass needs, on tensors and weights the backend owns. model/ writes the
+// pass once against this interface; backend/cpu/ runs it on the CPU's kernels and thread team,
+// and a CUDA backend fills the same calls with device memory, kernels and a captured graph.
+//
+// Conventions every op follows:
+// - Activations are row-major F32 tensors, one row per token in flight ([n_tokens, width]);
+//   an op works on all rows of the tensors (views) it is given.
+// - Ops are issued inside run_pass(). A backend may run the pass body on several threads at
+//   once (the CPU's team): every thread then makes the same calls in the same order, and each
+//   op shares its work out among them. So the body must be a pure sequence of backend calls.
+// - Handles (Tensor, Weight) are small values; const on a handle says nothing about whether an
+//   op writes its memory: parameters named out* are written.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/forward_batch.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace tandem {
+
+// Memory the backend allocated: rows x cols of dtype, row-major. `data` is the backend's
+// address (host or device); the model passes it back to ops and never dereferences it.
+struct Tensor {
+  void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  DType dtype = DType::F32;
+  std::shared_ptr<void> owner;  // keeps the allocation alive while any handle holds it
+
+  size_t row_bytes() const;
+  // Rows [first, first + n) of the same memory.
+  Tensor rows_view(int64_t first, int64_t n) const;
+};
+
+// A weight matrix as stored in the model file: rows x cols of type, each row row_bytes long.
+struct WeightSource {
+  std::string name;  // for error messages
+  DType type = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+  bool compute_supported = true;  // the file format says tandem can decode the type
+};
+
+// A weight the backend prepared (repacked, uploaded): the shape for cost models, the rest opaque.
+struct Weight {
+  DType type = DType::F32;
+  int64_t rows = 0, cols = 0;
+  uint64_t bytes = 0;                // bytes as stored in the file: what a product streams
+  std::shared_ptr<const void> impl;  // the backend's own form
+};
+
+// One weight applied to an input shared by its group: out [n, w->rows] = in [n, w->cols] W^T
+// (+ bias [1, w->rows] on every row when set).
+struct Product {
+  const Weight* w = nullptr;
+  const Tensor* out = nullptr;
+  const Tensor* bias = nullptr;
+};
+
+struct HeadShape {
+  int n_head = 0;
+  int n_kv_head = 0;  // n_head / n_kv_head query heads share one K,V head (GQA)
+  int head_dim = 0;
+};
+
+// Where K and V of every layer live: n_blocks blocks of block_tokens positions; inside a block,
+// layer l's K rows then its V rows ([block_tokens, n_kv_head * head_dim] each, of dtype). A
+// contiguous cache of one sequence is the case of one block holding the whole context.
+struct KvStore {
+  uint8_t* data = nullptr;
+  DType dtype = DType::F16;
+  int n_layer = 0;
+  int block_tokens = 0;
+  int64_t n_blocks = 0;
+  size_t row_bytes = 0;  // one position's K (or V) of one layer
+  size_t block_bytes() const { return (size_t)n_layer * 2 * (size_t)block_tokens * row_bytes; }
+  size_t k_offset(int layer) const { return (size_t)layer * 2 * (size_t)block_tokens * row_bytes; }
+  size_t v_offset(int layer) const { return k_offset(layer) + (size_t)block_tokens * row_bytes; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // "cpu avx512, 2 threads, 8-bit activations": for logs and reports.
+  virtual std::string describe() const = 0;
+
+  // ---- memory ----
+  virtual Tensor new_tensor(int64_t rows, int64_t cols) = 0;  // F32, contents undefined
+  virtual Tensor upload(std::span<const float> host, int64_t rows, int64_t cols) = 0;
+  // The tensor's floats on the host; valid until the tensor changes.
+  virtual std::span<const float> read(const Tensor& t) = 0;
+
+  // ---- weights ----
+  // products: the weight multiplies activations (false: only embed() looks rows up).
+  virtual Result<Weight> prepare_weight(const WeightSource& src, bool products) = 0;
+  // A norm's or bias's vector, decoded to F32: [1, src.cols].
+  virtual Result<Tensor> prepare_vector(const WeightSource& src) = 0;
+
+  // ---- the pass ----
+  // Runs body once as one forward pass over n_tokens tokens. The CPU backend runs it on its
+  // whole thread team for few tokens (decode) and on the calling thread otherwise (each op
+  // then splits itself); a CUDA backend captures and replays a graph.
+  virtual void run_pass(int64_t n_tokens, const std::function<void()>& body) = 0;
+
+  // out [n_tokens, cols] = rows of `table` for the batch's tokens.
+  virtual void embed(const Weight& table, const ForwardBatch& b, const Tensor& out) = 0;
+  // Every product of the group reads the same input [n, cols]: it is prepared once.
+  virtual void matmul(std::span<const Product> group, const Tensor& in) = 0;
+  // out = x / rms(x) * weight over each row, or with head_dim > 0 over each head_dim-wide
+  // head of each row (QK-norm; weight is then [1, head_dim]).
+  virtual void rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& out, float eps, int head_dim = 0) = 0;
+  // x += delta (the residual add), then out = rmsnorm(x) * norm when norm is set (the next
+  // sub-block's input, fused so x is read once).
+  virtual void add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out,
+                            float eps) = 0;
+  // out [n_tokens, rope_dim] = cos, sin pairs of each token's position times inv_freq: once
+  // per pass, shared by every layer and head.
+  virtual void rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim,
+                           const Tensor& out) = 0;
+  // Rotates adjacent pairs of the first rope_dim dims of every head of q and k.
+  virtual void rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) = 0;
+  // gate = silu(gate) * up (SwiGLU's gated activation).
+  virtual void swiglu(const Tensor& gate, const Tensor& up) = 0;
+  // Writes each token's K and V rows of one layer at the batch's slots, rounded to kv.dtype.
+  virtual void store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) = 0;
+  // Causal attention of each token's query over its sequence's keys [0, position]:
+  // out [n_tokens, n_head * head_dim].
+  virtual void attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
+                         const Tensor& out) = 0;
+  // out [rows.size(), w.rows] = W rmsnorm(x[rows[i]]) * norm: the logits of the rows that want
+  // them. scratch: at least [rows.size(), x.cols].
+  virtual void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
+                      const Tensor& scratch, const Tensor& out) = 0;
+};
+
+// The backend a model gets when its caller names none: the CPU at its best ISA, every core.
+std::shared_ptr<Backend> default_backend();
+
+}  // namespace tandem

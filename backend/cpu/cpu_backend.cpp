@@ -1,0 +1,236 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/core.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace tandem {
+
+namespace {
+
+// Passes of fewer tokens (decode, small serving steps) run in one thread team: their ~150
+// products and attentions share work out inside it and meet at barriers, instead of starting
+// and ending a parallel region each (~1 us apiece). Longer passes split each op on its own.
+constexpr int64_t kTeamMaxTokens = 3;
+
+float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
+const cpu::WeightMatrix& matrix(const Weight& w) { return *static_cast<const cpu::WeightMatrix*>(w.impl.get()); }
+
+// In a team pass, element-wise work runs on member 0 alone and the others go on to the next
+// op; this member-local flag says that such work is not yet visible to them. Ops that share
+// work among the members (products, attention) start with a barrier when it is set, so
+// consecutive element-wise ops (RoPE, then the K,V store) cost one barrier, not one each.
+// Every member runs the same op sequence, so every member's flag agrees.
+thread_local bool t_unsynced = false;
+
+}  // namespace
+
+std::shared_ptr<Backend> default_backend() { return std::make_shared<CpuBackend>(); }
+
+CpuBackend::CpuBackend(const CpuBackendOptions& o)
+    : kernels_(cpu::CpuKernels::for_isa(o.isa, o.quantized_activations)),
+      threads_(o.threads > 0 ? o.threads : omp_get_max_threads()) {}
+
+std::string CpuBackend::describe() const {
+  return fmt::format("cpu {}, {} threads, {} activations", cpu::isa_name(kernels_.isa), threads_,
+                     kernels_.quantized_activations ? "8-bit" : "f32");
+}
+
+Tensor CpuBackend::new_tensor(int64_t rows, int64_t cols) {
+  std::shared_ptr<float[]> mem(new float[(size_t)std::max<int64_t>(1, rows * cols)]);
+  return Tensor{mem.get(), rows, cols, DType::F32, std::shared_ptr<void>(mem, mem.get())};
+}
+
+Tensor CpuBackend::upload(std::span<const float> host, int64_t rows, int64_t cols) {
+  Tensor t = new_tensor(rows, cols);
+  std::copy(host.begin(), host.begin() + std::min<size_t>(host.size(), (size_t)(rows * cols)), f32(t));
+  return t;
+}
+
+std::span<const float> CpuBackend::read(const Tensor& t) { return {f32(t), (size_t)(t.rows * t.cols)}; }
+
+Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products) {
+  auto w = std::make_shared<cpu::WeightMatrix>();
+  w->type = src.type;
+  w->data = src.data;
+  w->rows = src.rows;
+  w->cols = src.cols;
+  w->row_bytes = src.row_bytes;
+  w->dot = kernels_.row_dot(w->type);
+  w->qdot = kernels_.quant_dot(w->type);
+  w->qdot4 = kernels_.quant_dot4(w->type);
+  if (!src.compute_supported || !w->dot)
+    return make_error("tensor {} has type {}, which tandem cannot compute with yet", src.name, dtype_name(src.type));
+  if (products) w->pack_for(kernels_);
+  return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w)};
+}
+
+Result<Tensor> CpuBackend::prepare_vector(const WeightSource& src) {
+  Tensor t = new_tensor(1, src.cols);
+  if (!src.compute_supported || !cpu::dequantize_row(src.type, src.data, f32(t), src.cols))
+    return make_error("tensor {} has type {}, which tandem cannot decode", src.name, dtype_name(src.type));
+  return t;
+}
+
+template <typename F>
+void CpuBackend::few_rows(int64_t n, F f) {
+  if (team_) return each_row(n, f);
+  for (int64_t t = 0; t < n; t++) f(t);
+}
+
+void CpuBackend::sync() {
+  if (!team_ || !t_unsynced) return;
+#pragma omp barrier
+  t_unsynced = false;
+}
+
+void CpuBackend::run_pass(int64_t n_tokens, const std::function<void()>& body) {
+  // The kernels' own parallel regions take their size from the calling thread's setting:
+  // this backend's count for the pass, then the caller's again.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads_);
+  if (n_tokens > kTeamMaxTokens) {
+    body();
+  } else {
+    team_ = true;
+#pragma omp parallel num_threads(threads_)
+    {
+      t_unsynced = false;
+      body();
+    }
+    team_ = false;
+  }
+  omp_set_num_threads(saved);
+}
+
+template <typename F>
+void CpuBackend::each_row(int64_t n, F f) {
+  if (team_) {
+    if (omp_get_thread_num() == 0)
+      for (int64_t t = 0; t < n; t++) f(t);
+    t_unsynced = true;
+  } else {
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int64_t t = 0; t < n; t++) f(t);
+  }
+}
+
+void CpuBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out) {
+  const cpu::WeightMatrix& e = matrix(table);
+  const std::span<const int32_t> tokens = b.tokens();
+  few_rows((int64_t)tokens.size(),
+           [&](int64_t t) { cpu::dequantize_row(e.type, e.row(tokens[(size_t)t]), f32(out) + t * out.cols, out.cols); });
+}
+
+void CpuBackend::matmul(std::span<const Product> group, const Tensor& in) {
+  // Decode calls this ~150 times a token on every team member: no heap allocation here.
+  constexpr size_t kMaxGroup = 8;
+  cpu::Projection proj[kMaxGroup];
+  bool any_bias = false;
+  sync();
+  for (size_t start = 0; start < group.size(); start += kMaxGroup) {
+    const size_t n = std::min(kMaxGroup, group.size() - start);
+    for (size_t i = 0; i < n; i++) {
+      proj[i] = {&matrix(*group[start + i].w), f32(*group[start + i].out)};
+      any_bias |= group[start + i].bias != nullptr;
+    }
+    cpu::matmul_group(std::span<const cpu::Projection>(proj, n), f32(in), in.rows, kernels_);
+  }
+  if (!any_bias) return;
+  each_row(in.rows, [&](int64_t t) {
+    for (const Product& p : group)
+      if (p.bias) cpu::add_inplace(f32(*p.out) + t * p.out->cols, f32(*p.bias), p.out->cols);
+  });
+}
+
+void CpuBackend::rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& out, float eps, int head_dim) {
+  const int64_t width = head_dim > 0 ? head_dim : x.cols, per_row = x.cols / width;
+  each_row(x.rows, [&](int64_t t) {
+    for (int64_t h = 0; h < per_row; h++)
+      cpu::rmsnorm(f32(x) + t * x.cols + h * width, f32(weight), f32(out) + t * out.cols + h * width, width, eps);
+  });
+}
+
+void CpuBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) {
+  const int64_t d = x.cols;
+  each_row(x.rows, [&](int64_t t) {
+    cpu::add_inplace(f32(x) + t * d, f32(delta) + t * d, d);
+    if (norm) cpu::rmsnorm(f32(x) + t * d, f32(*norm), f32(*out) + t * d, d, eps);
+  });
+}
+
+void CpuBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim, const Tensor& out) {
+  const std::span<const int64_t> pos = b.positions();
+  few_rows((int64_t)pos.size(),
+           [&](int64_t t) { cpu::rope_angles(pos[(size_t)t], inv_freq.data(), rope_dim, f32(out) + t * out.cols); });
+}
+
+void CpuBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) {
+  each_row(q.rows, [&](int64_t t) {
+    const float* cs = f32(angles) + t * angles.cols;
+    cpu::rope(f32(q) + t * q.cols, h.n_head, h.head_dim, rope_dim, cs);
+    cpu::rope(f32(k) + t * k.cols, h.n_kv_head, h.head_dim, rope_dim, cs);
+  });
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up) {
+  each_row(gate.rows, [&](int64_t t) { kernels_.silu_mul(f32(gate) + t * gate.cols, f32(up) + t * up.cols, gate.cols); });
+}
+
+void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) {
+  const int64_t row = k.cols;
+  const std::span<const int64_t> slots = b.slots();
+  few_rows(k.rows, [&](int64_t i) {
+    const int64_t slot = slots[(size_t)i];
+    uint8_t* block = kv.data + (size_t)b.slot_block(slot) * kv.block_bytes() + (size_t)b.slot_row(slot) * kv.row_bytes;
+    const float* ks = f32(k) + i * row;
+    const float* vs = f32(v) + i * row;
+    if (kv.dtype == DType::F16) {
+      cpu::f32_to_f16(ks, reinterpret_cast<uint16_t*>(block + kv.k_offset(layer)), row);
+      cpu::f32_to_f16(vs, reinterpret_cast<uint16_t*>(block + kv.v_offset(layer)), row);
+    } else {
+      std::memcpy(block + kv.k_offset(layer), ks, (size_t)row * sizeof(float));
+      std::memcpy(block + kv.v_offset(layer), vs, (size_t)row * sizeof(float));
+    }
+  });
+}
+
+void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
+                           const Tensor& out) {
+  sync();
+  const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim};
+  if (kv.n_blocks == 1 && b.single_run()) {
+    // One block holding the whole context: the contiguous kernel, without a table lookup per
+    // key (the same floats: both kernels share one body).
+    cpu::attention(f32(q), kv.data + kv.k_offset(layer), kv.data + kv.v_offset(layer), kv.dtype, q.rows,
+                   b.positions()[0], shape, f32(out), kernels_);
+    return;
+  }
+  // Every team member builds its own views: no allocation shared between threads.
+  std::vector<cpu::PagedKvView> views((size_t)b.n_seq());
+  for (int s = 0; s < b.n_seq(); s++)
+    views[(size_t)s] = {kv.data,         kv.block_bytes(), kv.k_offset(layer), kv.v_offset(layer),
+                        kv.row_bytes,    kv.block_tokens,  b.block_table(s).data()};
+  cpu::attention_paged(f32(q), q.rows, b.positions().data(), b.seq_ids().data(), views.data(), kv.dtype, shape,
+                       f32(out), kernels_);
+}
+
+void CpuBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
+                        const Tensor& scratch, const Tensor& out) {
+  const int64_t d = x.cols;
+  few_rows((int64_t)rows.size(),
+           [&](int64_t r) { cpu::rmsnorm(f32(x) + rows[(size_t)r] * d, f32(norm), f32(scratch) + r * d, d, eps); });
+  const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
+  const Product p{&w, &out};
+  matmul({&p, 1}, normed);
+}
+
+}  // namespace tandem

@@ -1,0 +1,70 @@
+// The CPU backend: the forward pass's ops on host memory, by the kernels of kernels/cpu at one
+// ISA level, on a thread team of its own size. The thread count is this object's, not the
+// process's: run_pass sets it for the calling thread for the length of the pass and restores
+// what was there, so two backends (or a serving thread and the main thread) each get theirs.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/isa.h"
+
+namespace tandem {
+
+struct CpuBackendOptions {
+  cpu::Isa isa = cpu::best_isa();
+  int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else every core)
+  // 8-bit activations for Q4_0/Q4_1/Q8_0 weights (llama.cpp's numerics, faster); false keeps
+  // every product in float, which reference checks use.
+  bool quantized_activations = true;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& o = {});
+
+  cpu::Isa isa() const { return kernels_.isa; }
+  int threads() const { return threads_; }
+  bool quantized_activations() const { return kernels_.quantized_activations; }
+  const cpu::CpuKernels& kernels() const { return kernels_; }
+
+  std::string describe() const override;
+  Tensor new_tensor(int64_t rows, int64_t cols) override;
+  Tensor upload(std::span<const float> host, int64_t rows, int64_t cols) override;
+  std::span<const float> read(const Tensor& t) override;
+  Result<Weight> prepare_weight(const WeightSource& src, bool products) override;
+  Result<Tensor> prepare_vector(const WeightSource& src) override;
+
+  void run_pass(int64_t n_tokens, const std::function<void()>& body) override;
+  void embed(const Weight& table, const ForwardBatch& b, const Tensor& out) override;
+  void matmul(std::span<const Product> group, const Tensor& in) override;
+  void rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& out, float eps, int head_dim = 0) override;
+  void add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) override;
+  void rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim, const Tensor& out) override;
+  void rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) override;
+  void swiglu(const Tensor& gate, const Tensor& up) override;
+  void store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) override;
+  void attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
+                 const Tensor& out) override;
+  void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
+              const Tensor& scratch, const Tensor& out) override;
+
+ private:
+  // Runs f(row) for rows [0, n): in a team pass on member 0 (the work is too small to split),
+  // otherwise split over the threads.
+  template <typename F>
+  void each_row(int64_t n, F f);
+  // The same for work too small to be worth a parallel region at any row count (a row's
+  // embedding lookup, RoPE angles, K,V store): outside a team it runs on the calling thread.
+  template <typename F>
+  void few_rows(int64_t n, F f);
+  // In a team pass: a barrier when element-wise work of member 0 is pending (see the .cpp).
+  void sync();
+
+  cpu::CpuKernels kernels_;
+  int threads_ = 1;
+  bool team_ = false;  // inside a run_pass whose body every team member runs
+};
+
+}  // namespace tandem

@@ -1,0 +1,147 @@
+// The backend seam: ForwardBatch's slot arithmetic and block tables, and the CPU backend's ops
+// against the kernels they wrap (bias, per-head norms, the thread count it owns, the KV store
+// and attention through a table equal to the contiguous cache).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/forward_batch.h"
+#include "kernels/cpu/ops.h"
+
+namespace tandem {
+namespace {
+
+TEST(ForwardBatch, SlotsBlockTablesContextsAndLogitRows) {
+  ForwardBatch b(4);
+  const std::vector<int32_t> t0 = {7, 2}, t1 = {5, 9, 3};
+  // Sequence 0: a decode token at position 6 (block t0[1] = 2, row 2).
+  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{11}, 6, t0, ForwardBatch::Logits::Last).ok());
+  // Sequence 1: a prefill chunk at positions 3..5, no logits (the prompt goes on).
+  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{20, 21, 22}, 3, t1, ForwardBatch::Logits::None).ok());
+  EXPECT_EQ(b.n_tokens(), 4);
+  EXPECT_EQ(b.n_seq(), 2);
+  EXPECT_EQ(std::vector<int64_t>(b.slots().begin(), b.slots().end()), (std::vector<int64_t>{2 * 4 + 2, 5 * 4 + 3, 9 * 4 + 0, 9 * 4 + 1}));
+  EXPECT_EQ(std::vector<int32_t>(b.seq_ids().begin(), b.seq_ids().end()), (std::vector<int32_t>{0, 1, 1, 1}));
+  EXPECT_EQ(std::vector<int64_t>(b.context_lens().begin(), b.context_lens().end()), (std::vector<int64_t>{7, 6}));
+  EXPECT_EQ(std::vector<int64_t>(b.logit_rows().begin(), b.logit_rows().end()), (std::vector<int64_t>{0}));
+  // The flat tables are [n_seq, max_blocks], the shorter padded with -1 (widened after the fact).
+  EXPECT_EQ(b.max_blocks(), 3);
+  EXPECT_EQ(std::vector<int32_t>(b.block_table(0).begin(), b.block_table(0).end()), (std::vector<int32_t>{7, 2, -1}));
+  EXPECT_EQ(std::vector<int32_t>(b.block_table(1).begin(), b.block_table(1).end()), (std::vector<int32_t>{5, 9, 3}));
+  EXPECT_EQ(b.slot_block(b.slots()[1]), 5);
+  EXPECT_EQ(b.slot_row(b.slots()[1]), 3);
+  EXPECT_EQ(b.max_context(), 7);
+  EXPECT_FALSE(b.single_run());
+}
+
+TEST(ForwardBatch, ErrorsInsteadOfStrayWrites) {
+  ForwardBatch b(16);
+  const std::vector<int32_t> table = {0};
+  EXPECT_FALSE(b.add_sequence(std::vector<int32_t>{1}, 16, table, ForwardBatch::Logits::Last).ok());  // no block
+  EXPECT_FALSE(b.add_token(3, 1, 0, false).ok());   // no such sequence
+  EXPECT_FALSE(b.add_token(0, 1, -1, false).ok());  // negative position
+}
+
+TEST(ForwardBatch, SingleRunAndAllLogits) {
+  ForwardBatch b(64);
+  const std::vector<int32_t> table = {0};
+  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{1, 2, 3}, 10, table, ForwardBatch::Logits::All).ok());
+  EXPECT_TRUE(b.single_run());
+  EXPECT_EQ(std::vector<int64_t>(b.logit_rows().begin(), b.logit_rows().end()), (std::vector<int64_t>{0, 1, 2}));
+  ASSERT_TRUE(b.add_token(0, 4, 20, false).ok());  // a gap: no longer one consecutive run
+  EXPECT_FALSE(b.single_run());
+}
+
+std::vector<float> ramp(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = std::sin((float)i * scale) + 0.1f * (float)(i % 7);
+  return v;
+}
+
+Weight f32_weight(CpuBackend& be, const std::vector<float>& w, int64_t rows, int64_t cols) {
+  WeightSource src{"w", DType::F32, reinterpret_cast<const uint8_t*>(w.data()), rows, cols, (size_t)cols * 4};
+  auto r = be.prepare_weight(src, true);
+  EXPECT_TRUE(r.ok());
+  return r.value();
+}
+
+TEST(CpuBackend, MatmulBiasAddsToEveryRow) {
+  CpuBackend be;
+  const int64_t rows = 32, cols = 64, n = 5;
+  const std::vector<float> w = ramp(rows * cols, 0.37f), x = ramp(n * cols, 0.11f), bias = ramp(rows, 0.9f);
+  const Weight W = f32_weight(be, w, rows, cols);
+  const Tensor in = be.upload(x, n, cols), plain = be.new_tensor(n, rows), biased = be.new_tensor(n, rows);
+  const Tensor b = be.upload(bias, 1, rows);
+  const Product p0{&W, &plain}, p1{&W, &biased, &b};
+  be.run_pass(n, [&] {
+    be.matmul({&p0, 1}, in);
+    be.matmul({&p1, 1}, in);
+  });
+  const std::vector<float> a(be.read(plain).begin(), be.read(plain).end());
+  const std::span<const float> c = be.read(biased);
+  for (int64_t t = 0; t < n; t++)
+    for (int64_t r = 0; r < rows; r++) EXPECT_EQ(c[t * rows + r], a[t * rows + r] + bias[r]) << t << " " << r;
+}
+
+TEST(CpuBackend, RmsnormPerHeadNormsEachHeadOnItsOwn) {
+  CpuBackend be;
+  const int64_t n = 3, heads = 4, hd = 16;
+  const std::vector<float> x = ramp(n * heads * hd, 0.3f), w = ramp(hd, 0.5f);
+  const Tensor X = be.upload(x, n, heads * hd), W = be.upload(w, 1, hd), out = be.new_tensor(n, heads * hd);
+  be.run_pass(n, [&] { be.rmsnorm(X, W, out, 1e-5f, (int)hd); });
+  const std::span<const float> got = be.read(out);
+  std::vector<float> want(hd);
+  for (int64_t r = 0; r < n * heads; r++) {
+    cpu::rmsnorm(x.data() + r * hd, w.data(), want.data(), hd, 1e-5f);
+    for (int64_t d = 0; d < hd; d++) ASSERT_EQ(got[r * hd + d], want[d]) << "head row " << r;
+  }
+}
+
+// The backend's thread count holds inside its passes, in team passes and in per-op regions,
+// and the caller's OpenMP setting is as it was afterwards: no process-wide state.
+TEST(CpuBackend, OwnsItsThreadCount) {
+  const int before = omp_get_max_threads();
+  CpuBackend one(CpuBackendOptions{cpu::best_isa(), 1});
+  EXPECT_EQ(one.threads(), 1);
+  int team_size = -1, op_threads = -1;
+  one.run_pass(1, [&] { team_size = omp_get_num_threads(); });
+  one.run_pass(64, [&] { op_threads = omp_get_max_threads(); });
+  EXPECT_EQ(team_size, 1);
+  EXPECT_EQ(op_threads, 1);
+  EXPECT_EQ(omp_get_max_threads(), before);
+}
+
+// K,V stored at a batch's slots in a pool of blocks, then attention through the block table,
+// gives exactly what the contiguous cache (one block of the whole context) gives.
+TEST(CpuBackend, PagedStoreAndAttentionEqualContiguous) {
+  CpuBackend be;
+  const HeadShape h{4, 2, 64};
+  const int64_t n = 21, kv_dim = h.n_kv_head * h.head_dim, q_dim = h.n_head * h.head_dim;
+  const Tensor q = be.upload(ramp(n * q_dim, 0.013f), n, q_dim);
+  const Tensor k = be.upload(ramp(n * kv_dim, 0.021f), n, kv_dim);
+  const Tensor v = be.upload(ramp(n * kv_dim, 0.017f), n, kv_dim);
+  std::vector<int32_t> tokens(n, 0);
+  auto run = [&](int block_tokens, int64_t n_blocks, std::vector<int32_t> table) {
+    const size_t row = (size_t)kv_dim * 2;
+    std::vector<uint8_t> mem(2 * (size_t)block_tokens * row * (size_t)n_blocks);
+    const KvStore kv{mem.data(), DType::F16, 1, block_tokens, n_blocks, row};
+    ForwardBatch b(block_tokens);
+    EXPECT_TRUE(b.add_sequence(tokens, 0, table, ForwardBatch::Logits::None).ok());
+    const Tensor out = be.new_tensor(n, q_dim);
+    be.run_pass(n, [&] {
+      be.store_kv(k, v, kv, 0, b);
+      be.attention(q, kv, 0, b, h, out);
+    });
+    return std::vector<float>(be.read(out).begin(), be.read(out).end());
+  };
+  const std::vector<float> contiguous = run(32, 1, {0});
+  const std::vector<float> paged = run(4, 8, {6, 1, 7, 0, 3, 5});  // blocks out of order
+  ASSERT_EQ(contiguous.size(), paged.size());
+  for (size_t i = 0; i < contiguous.size(); i++) ASSERT_EQ(contiguous[i], paged[i]) << i;
+}
+
+}  // namespace
+}  // namespace tandem
