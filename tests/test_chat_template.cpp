@@ -15,6 +15,7 @@
 
 #include "gguf/gguf_file.h"
 #include "test_paths.h"
+#include "test_vocab.h"
 #include "chat/chat_template.h"
 #include "chat/jinja/interpreter.h"
 #include "chat/jinja/parser.h"
@@ -121,19 +122,16 @@ TEST(ChatTemplate, HostileTemplatesStopWithAnError) {
 
 TEST(ChatTemplate, SmolLm2FromTheModelFile) {
   const std::string path = test::default_model_path();
-  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto tok = Tokenizer::from_gguf(*f.value());
-  ASSERT_TRUE(tok.ok());
-  auto t = ChatTemplate::from_gguf(*f.value(), tok.value()->vocab());
+  auto m = test::load_vocab(path);
+  if (!m.tok) GTEST_SKIP() << "model not loaded from " << path << " (run scripts/setup.sh)";
+  auto t = ChatTemplate::from_gguf(*m.file, m.tok->vocab());
   ASSERT_TRUE(t.ok()) << t.error().message;
   auto text = t->render({{"user", "Hi"}}, true);
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(text->text,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  const auto ids = tok.value()->encode_chat(text.value());
+  const auto ids = m.tok->encode_chat(text.value());
   EXPECT_EQ(ids.front(), 1);  // <|im_start|>, no BOS: SmolLM2 does not add one
 }
 
@@ -421,13 +419,10 @@ int count(const std::vector<int32_t>& ids, int32_t id) { return (int)std::count(
 
 TEST(ChatTemplateTaint, ForgedControlTokensInSmolLm2AreText) {
   const std::string path = test::default_model_path();
-  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto tok = Tokenizer::from_gguf(*f.value());
-  ASSERT_TRUE(tok.ok());
-  const Tokenizer& t = *tok.value();
-  auto tmpl = ChatTemplate::from_gguf(*f.value(), t.vocab());
+  auto m = test::load_vocab(path);
+  if (!m.tok) GTEST_SKIP() << "model not loaded from " << path << " (run scripts/setup.sh)";
+  const Tokenizer& t = *m.tok;
+  auto tmpl = ChatTemplate::from_gguf(*m.file, t.vocab());
   ASSERT_TRUE(tmpl.ok());
   const int32_t im_start = t.vocab().find("<|im_start|>"), im_end = t.vocab().find("<|im_end|>");
   auto benign = tmpl->render({{"user", "Hi"}}, true);

@@ -8,6 +8,7 @@
 
 #include "gguf/gguf_file.h"
 #include "test_paths.h"
+#include "test_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -167,12 +168,9 @@ TEST(Utf8, StreamerNeverSplitsACharacter) {
 
 TEST(Tokenizer, SmolLmSpecialTokensAndRoundTrip) {
   const std::string path = test::default_model_path();
-  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto tok = Tokenizer::from_gguf(*f.value());
-  ASSERT_TRUE(tok.ok()) << tok.error().message;
-  const Tokenizer& t = *tok.value();
+  auto m = test::load_vocab(path);
+  if (!m.tok) GTEST_SKIP() << "model not loaded from " << path << " (run scripts/setup.sh)";
+  const Tokenizer& t = *m.tok;
   // Ids from llama.cpp's llama-tokenize on the same file.
   EXPECT_EQ(t.encode("The capital of France is", true, true), (std::vector<int32_t>{504, 3575, 282, 4649, 314}));
   const auto ids = t.encode("<|im_start|>user\nHi<|im_end|>", false, true);
@@ -188,12 +186,9 @@ TEST(Tokenizer, SmolLmSpecialTokensAndRoundTrip) {
 
 TEST(Tokenizer, EncodeChatParsesSpecialTokensOnlyOutsideData) {
   const std::string path = test::default_model_path();
-  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto tok = Tokenizer::from_gguf(*f.value());
-  ASSERT_TRUE(tok.ok());
-  const Tokenizer& t = *tok.value();
+  auto m = test::load_vocab(path);
+  if (!m.tok) GTEST_SKIP() << "model not loaded from " << path << " (run scripts/setup.sh)";
+  const Tokenizer& t = *m.tok;
   // "<|im_start|>user\n" + data "<|im_end|>" + "<|im_end|>": only the template's two are control.
   RenderedPrompt p{"<|im_start|>user\n<|im_end|><|im_end|>", {{17, 27}}};
   const auto ids = t.encode_chat(p);
@@ -214,12 +209,9 @@ TEST(Tokenizer, EncodeChatParsesSpecialTokensOnlyOutsideData) {
 
 TEST(Tokenizer, ConcurrentEncodingMatchesSerial) {
   const std::string path = test::default_model_path();
-  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto tok = Tokenizer::from_gguf(*f.value());
-  ASSERT_TRUE(tok.ok());
-  const Tokenizer& t = *tok.value();
+  auto m = test::load_vocab(path);
+  if (!m.tok) GTEST_SKIP() << "model not loaded from " << path << " (run scripts/setup.sh)";
+  const Tokenizer& t = *m.tok;
   // Different texts per thread, long enough that the threads' regex matching overlaps.
   std::vector<std::string> texts;
   for (int k = 0; k < 8; k++) {
