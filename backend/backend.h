@@ -65,6 +65,10 @@ struct Product {
   const Tensor* bias = nullptr;
 };
 
+// Bytes of one position's K (or V) row of one layer: n_kv_head heads of head_dim elements of
+// dtype (F32, F16, Q8_0). Error for another dtype, or a head not a whole number of blocks.
+Result<size_t> kv_row_bytes(DType dtype, int n_kv_head, int head_dim);
+
 struct HeadShape {
   int n_head = 0;
   int n_kv_head = 0;  // n_head / n_kv_head query heads share one K,V head (GQA)
@@ -72,15 +76,18 @@ struct HeadShape {
 };
 
 // Where K and V of every layer live: n_blocks blocks of block_tokens positions; inside a block,
-// layer l's K rows then its V rows ([block_tokens, n_kv_head * head_dim] each, of dtype). A
-// contiguous cache of one sequence is the case of one block holding the whole context.
+// layer l's K rows then its V rows ([block_tokens, n_kv_head * head_dim] each, of dtype: F32,
+// F16, or Q8_0 with each head's row a whole number of 32-element blocks). The backend
+// allocates it (new_kv_store); the host's BlockAllocator decides which block holds what.
 struct KvStore {
-  uint8_t* data = nullptr;
+  uint8_t* data = nullptr;  // the backend's address (host or device)
   DType dtype = DType::F16;
   int n_layer = 0;
   int block_tokens = 0;
   int64_t n_blocks = 0;
   size_t row_bytes = 0;  // one position's K (or V) of one layer
+  std::shared_ptr<void> owner;  // keeps the allocation alive while any handle holds it
+  uint64_t bytes() const { return (uint64_t)n_blocks * block_bytes(); }
   size_t block_bytes() const { return (size_t)n_layer * 2 * (size_t)block_tokens * row_bytes; }
   size_t k_offset(int layer) const { return (size_t)layer * 2 * (size_t)block_tokens * row_bytes; }
   size_t v_offset(int layer) const { return k_offset(layer) + (size_t)block_tokens * row_bytes; }
@@ -97,6 +104,12 @@ class Backend {
   virtual Tensor upload(std::span<const float> host, int64_t rows, int64_t cols) = 0;
   // The tensor's floats on the host; valid until the tensor changes.
   virtual std::span<const float> read(const Tensor& t) = 0;
+
+  // ---- KV storage ----
+  // n_blocks blocks of the layout KvStore describes; contents undefined. An allocation that
+  // does not fit is an error naming the bytes.
+  virtual Result<KvStore> new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks,
+                                       size_t row_bytes) = 0;
 
   // ---- weights ----
   // products: the weight multiplies activations (false: only embed() looks rows up).

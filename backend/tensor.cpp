@@ -16,3 +16,18 @@ Tensor Tensor::rows_view(int64_t first, int64_t n) const {
 }
 
 }  // namespace tandem
+
+namespace tandem {
+
+Result<size_t> kv_row_bytes(DType dtype, int n_kv_head, int head_dim) {
+  if (n_kv_head <= 0 || head_dim <= 0) return make_error("bad KV row shape ({} heads of {})", n_kv_head, head_dim);
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::Q8_0)
+    return make_error("the KV cache holds f32, f16 or q8_0, not {}", dtype_name(dtype));
+  const DTypeInfo info = *dtype_info((uint32_t)dtype);
+  if (head_dim % (int)info.block_elems != 0)
+    return make_error("a {} KV cache needs head_dim a multiple of {}; this model's is {}", dtype_name(dtype),
+                      info.block_elems, head_dim);
+  return (size_t)n_kv_head * row_bytes(info, (uint64_t)head_dim);
+}
+
+}  // namespace tandem

@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
   Tensor new_tensor(int64_t rows, int64_t cols) override;
   Tensor upload(std::span<const float> host, int64_t rows, int64_t cols) override;
   std::span<const float> read(const Tensor& t) override;
+  Result<KvStore> new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks, size_t row_bytes) override;
   Result<Weight> prepare_weight(const WeightSource& src, bool products) override;
   Result<Tensor> prepare_vector(const WeightSource& src) override;
 
