@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/timer.h"
+#include "engine/sequence_runner.h"
 
 namespace tandem::apps {
 
@@ -18,38 +19,44 @@ std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt) {
 
 namespace {
 
-// A cache for depth + n positions holding `depth` prefilled tokens (their own id sequence, so
-// the timed tokens are the same at every depth).
-Result<KvCache> cache_at_depth(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
-  auto kv = m.new_kv_cache(std::max<int64_t>(depth + n, 1), kv_dtype);
-  if (!kv.ok()) return kv.error();
-  if (depth > 0) {
-    const auto context = bench_tokens(depth, m.config().n_vocab, 2);
-    auto r = m.prefill(kv.value(), context);
-    if (!r.ok()) return r.error();
-  }
-  return kv;
+// A KV pool for `tokens` positions, in 16-token blocks as every command's.
+Result<std::unique_ptr<BlockPool>> pool_for(LlamaModel& m, int64_t tokens, DType kv_dtype) {
+  return m.new_kv_pool(std::max<int64_t>(1, (tokens + 15) / 16), kv_dtype);
+}
+
+// Prefills `depth` tokens (their own id sequence, so the timed tokens are the same at every
+// depth) into the runner, untimed.
+Status fill_to_depth(LlamaModel& m, SequenceRunner& seq, int64_t depth) {
+  if (depth <= 0) return Status::Ok();
+  const auto context = bench_tokens(depth, m.config().n_vocab, 2);
+  auto r = seq.run(context);
+  if (!r.ok()) return r.error();
+  return Status::Ok();
 }
 
 }  // namespace
 
 Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
-  auto kv = cache_at_depth(m, n, kv_dtype, depth);
-  if (!kv.ok()) return kv.error();
+  auto pool = pool_for(m, depth + n, kv_dtype);
+  if (!pool.ok()) return pool.error();
+  SequenceRunner seq(m, *pool.value());
+  TANDEM_TRY(fill_to_depth(m, seq, depth));
   const auto tokens = bench_tokens(n, m.config().n_vocab);
   Timer t;
-  auto r = m.prefill(kv.value(), tokens);
+  auto r = seq.run(tokens);
   if (!r.ok()) return r.error();
   return t.seconds();
 }
 
 Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
-  auto kv = cache_at_depth(m, n, kv_dtype, depth);
-  if (!kv.ok()) return kv.error();
+  auto pool = pool_for(m, depth + n, kv_dtype);
+  if (!pool.ok()) return pool.error();
+  SequenceRunner seq(m, *pool.value());
+  TANDEM_TRY(fill_to_depth(m, seq, depth));
   const auto tokens = bench_tokens(n, m.config().n_vocab, 1);
   Timer t;
   for (int64_t i = 0; i < n; i++) {
-    auto r = m.decode(kv.value(), tokens[(size_t)i]);
+    auto r = seq.run(std::span<const int32_t>(&tokens[(size_t)i], 1));
     if (!r.ok()) return r.error();
   }
   return t.seconds();
@@ -59,17 +66,18 @@ Result<std::vector<ContextPoint>> sweep_context(LlamaModel& m, const std::vector
                                                 DType kv_dtype) {
   std::vector<ContextPoint> out;
   for (int64_t len : lengths) {
-    auto kv = m.new_kv_cache(len + decode_steps, kv_dtype);
-    if (!kv.ok()) return kv.error();
+    auto pool = pool_for(m, len + decode_steps, kv_dtype);
+    if (!pool.ok()) return pool.error();
+    SequenceRunner seq(m, *pool.value());
     const auto tokens = bench_tokens(len + decode_steps, m.config().n_vocab, (uint64_t)len);
     ContextPoint p{len, 0, 0};
     Timer t;
-    auto r = m.prefill(kv.value(), std::span<const int32_t>(tokens.data(), (size_t)len));
+    auto r = seq.run(std::span<const int32_t>(tokens.data(), (size_t)len));
     if (!r.ok()) return r.error();
     p.ttft_s = t.seconds();
     t.reset();
     for (int k = 0; k < decode_steps; k++) {
-      auto d = m.decode(kv.value(), tokens[(size_t)(len + k)]);
+      auto d = seq.run(std::span<const int32_t>(&tokens[(size_t)(len + k)], 1));
       if (!d.ok()) return d.error();
     }
     p.tpot_s = decode_steps ? t.seconds() / decode_steps : 0;
@@ -83,19 +91,24 @@ Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(LlamaModel& m, const s
   for (int64_t n : ns) {
     const auto tokens = bench_tokens(n, m.config().n_vocab, 99);
     GenerationPoint p{n, 0, 0};
-    auto kv = m.new_kv_cache(n, kv_dtype);
-    if (!kv.ok()) return kv.error();
-    Timer t;
-    auto r = m.prefill(kv.value(), std::span<const int32_t>(tokens.data(), 1));
-    if (!r.ok()) return r.error();
-    for (int64_t k = 1; k < n; k++) {
-      auto d = m.decode(kv.value(), tokens[(size_t)k]);
-      if (!d.ok()) return d.error();
+    auto pool = pool_for(m, n, kv_dtype);
+    if (!pool.ok()) return pool.error();
+    {
+      SequenceRunner seq(m, *pool.value());
+      Timer t;
+      auto r = seq.run(std::span<const int32_t>(tokens.data(), 1));
+      if (!r.ok()) return r.error();
+      for (int64_t k = 1; k < n; k++) {
+        auto d = seq.run(std::span<const int32_t>(&tokens[(size_t)k], 1));
+        if (!d.ok()) return d.error();
+      }
+      p.cached_s = t.seconds();
     }
-    p.cached_s = t.seconds();
-    t.reset();
+    SequenceRunner naive(m, *pool.value());
+    Timer t;
     for (int64_t k = 1; k <= n; k++) {  // step k sees the first k tokens and recomputes them all
-      auto f = m.forward_no_cache(std::span<const int32_t>(tokens.data(), (size_t)k), kv_dtype);
+      naive.clear();
+      auto f = naive.run(std::span<const int32_t>(tokens.data(), (size_t)k));
       if (!f.ok()) return f.error();
     }
     p.no_cache_s = t.seconds();

@@ -1,4 +1,5 @@
 #include "apps/bench_sweep.h"
+#include "apps/generation_options.h"
 
 #include <filesystem>
 
@@ -26,7 +27,7 @@ Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& 
   if (ec) return make_error("cannot create {}: {}", o.dir, ec.message());
   const LlamaConfig& c = m.config();
   const std::string model = c.name.empty() ? c.arch : c.name;
-  const double kv_elem = o.kv_dtype == DType::F32 ? 4 : 2;
+  const double kv_elem = kv_element_bytes(o.kv_dtype);
   const ModelShape shape = ModelShape::of(c, m.weights(), kv_elem);
 
   // 1. TTFT over prompt length and TPOT over context length.

@@ -49,7 +49,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("-d,--n-depth", a->depth, "context tokens already in the cache before each test (untimed prefill)")
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->check(CLI::Range(1, 1000));
-  sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_dtype_option(sub, a->kv_dtype);
   sub->add_flag("--json", a->json, "print one JSON object");
   sub->add_option("--sweep", a->sweep, "also sweep context lengths and cache/no-cache, writing SVG plots into this folder");
   sub->add_option("--sweep-max-context", a->max_context, "longest prompt of the sweep")->check(CLI::Range(64, 1 << 20));
@@ -59,7 +59,7 @@ Command add_bench_command(CLI::App& app) {
     if (!lm.ok()) return fail(lm.error().message);
     LlamaModel& model = *lm->model;
     const LlamaConfig& c = model.config();
-    const DType kv = a->kv_dtype == "f32" ? DType::F32 : DType::F16;
+    const DType kv = kv_dtype_of(a->kv_dtype);
     if (a->depth + a->p > c.n_ctx_train || a->depth + a->n > c.n_ctx_train)
       return fail(fmt::format("-d + -p or -d + -n past the model's context of {} tokens", c.n_ctx_train));
     // Named as llama-bench names them: "tg128", or "tg128 @ d4096" after a context.
@@ -67,7 +67,7 @@ Command add_bench_command(CLI::App& app) {
       return a->depth > 0 ? fmt::format("{}{} @ d{}", kind, n, a->depth) : fmt::format("{}{}", kind, n);
     };
     const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
-    const ModelShape shape = ModelShape::of(c, model.weights(), kv == DType::F32 ? 4 : 2);
+    const ModelShape shape = ModelShape::of(c, model.weights(), kv_element_bytes(kv));
     if (auto w = time_prefill(model, std::min<int64_t>(16, c.n_ctx_train), kv); !w.ok()) return fail(w.error().message);  // warm-up
 
     struct Test {

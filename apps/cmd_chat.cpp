@@ -1,6 +1,7 @@
 // `tandem chat`: a conversation in the model's chat template. One turn with -p, or one user
 // message per stdin line. The KV cache persists across turns, so each turn prefills only
-// the new part of the conversation.
+// the new part of the conversation: its KV pool persists, and the prefix cache finds the
+// earlier turns' full blocks (as `serve` finds a shared system prompt).
 #include <iostream>
 
 #include <fmt/core.h>
@@ -37,14 +38,11 @@ Command add_chat_command(CLI::App& app) {
     if (!tmpl.ok()) return fail(tmpl.error().message);
     if (a->gen.no_kv_cache) return fail("chat keeps its KV cache across turns; use `tandem run --no-kv-cache` for naive mode");
     const int64_t ctx = std::min<int64_t>(a->ctx, model.config().n_ctx_train);
-    auto kv = model.new_kv_cache(ctx, a->gen.kv_dtype == "f32" ? DType::F32 : DType::F16);
-    if (!kv.ok()) return fail(kv.error().message);
 
     std::vector<ChatMessage> messages;
     if (!a->system.empty()) messages.push_back({"system", a->system});
-    std::vector<int32_t> history;  // tokens in the KV cache
     GenerationConfig cfg = a->gen.config(tok.vocab());
-    Generator gen(model);
+    Generator gen(model, ctx);
     const bool interactive = a->prompt.empty();
     std::string line;
     while (true) {
@@ -61,7 +59,7 @@ Command add_chat_command(CLI::App& app) {
       const auto prompt = tok.encode_chat(text.value(), a->allow_special_in_messages);
       std::string reply;
       Utf8Streamer out;
-      auto st = gen.generate_in(kv.value(), history, prompt, cfg, [&](int32_t t) {
+      auto st = gen.generate(prompt, cfg, [&](int32_t t) {
         const std::string piece = tok.token_to_piece(t);
         reply += piece;
         fmt::print("{}", out.push(piece));
@@ -71,7 +69,7 @@ Command add_chat_command(CLI::App& app) {
       fmt::print("{}\n", out.flush());
       if (!st.ok()) return fail(st.error().message);
       messages.push_back({"assistant", reply});
-      print_stats(st.value(), model, a->gen, kv->capacity());
+      print_stats(st.value(), model, a->gen);
       if (!interactive) break;
       cfg.sampling.seed++;  // a fresh draw each turn, still reproducible from --seed
     }

@@ -43,7 +43,7 @@ Command add_explain_command(CLI::App& app) {
     if (!st.ok()) return fail(st.error().message);
     const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
 
-    const double kv_elem = cfg.kv_dtype == DType::F32 ? 4 : 2;
+    const double kv_elem = kv_element_bytes(cfg.kv_dtype);
     const ModelShape shape = ModelShape::of(model.config(), model.weights(), kv_elem);
     PhaseMeasure pre{"prefill", st->n_prompt, st->prefill_s, prefill_cost(shape, st->n_prompt)};
     PhaseMeasure dec{"decode", st->n_decode_steps, st->decode_s, decode_cost(shape, st->n_decode_steps, st->n_prompt)};

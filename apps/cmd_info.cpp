@@ -6,7 +6,7 @@
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "gguf/gguf_file.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_planner.h"
 #include "model/llama_config.h"
 
 namespace tandem::apps {

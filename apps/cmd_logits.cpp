@@ -1,5 +1,6 @@
 // `tandem logits`: writes the logits of every position of a token sequence, computed by one of
-// the three paths (prefill, decode one token at a time, no-cache), for reference checks.
+// the three ways through the KV pool (prefill in one batch, decode one token at a time, or
+// naive: each position's prefix recomputed from scratch), for reference checks.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,8 @@
 
 #include "apps/commands.h"
 #include "apps/common.h"
+#include "apps/generation_options.h"
+#include "engine/sequence_runner.h"
 #include "model/llama_model.h"
 
 namespace tandem::apps {
@@ -23,7 +26,7 @@ Command add_logits_command(CLI::App& app) {
   sub->add_option("--tokens", a->tokens, "space-separated token ids")->required();
   sub->add_option("-o,--out", a->out, "output file (raw little-endian float32)")->required();
   sub->add_option("--mode", a->mode, "prefill | decode | naive")->check(CLI::IsMember({"prefill", "decode", "naive"}));
-  sub->add_option("--kv-dtype", a->kv_dtype, "f16 | f32")->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_dtype_option(sub, a->kv_dtype);
   sub->add_option("--isa", a->isa, "kernel level: auto | avx2 | scalar");
   sub->add_option("--activations", a->activations, "q8 (8-bit activations, fast) | f32 (exact products)")
       ->check(CLI::IsMember({"q8", "f32"}));
@@ -40,29 +43,24 @@ Command add_logits_command(CLI::App& app) {
     auto model = LlamaModel::load(a->model, opts);
     if (!model.ok()) return fail(model.error().message);
     LlamaModel& m = *model.value();
-    const DType kv_dtype = a->kv_dtype == "f32" ? DType::F32 : DType::F16;
     const int64_t V = m.config().n_vocab;
+    auto pool = m.new_kv_pool(((int64_t)tokens.size() + 15) / 16, kv_dtype_of(a->kv_dtype));
+    if (!pool.ok()) return fail(pool.error().message);
+    SequenceRunner seq(m, *pool.value());
     std::vector<float> out(tokens.size() * V);
-    if (a->mode == "naive") {
-      for (size_t t = 0; t < tokens.size(); t++) {
-        auto r = m.forward_no_cache(std::span<const int32_t>(tokens.data(), t + 1), kv_dtype);
-        if (!r.ok()) return fail(r.error().message);
-        std::copy(r->begin(), r->end(), out.begin() + t * V);
-      }
-    } else {
-      auto kv = m.new_kv_cache((int64_t)tokens.size(), kv_dtype);
-      if (!kv.ok()) return fail(kv.error().message);
+    for (size_t t = 0; t < tokens.size(); t++) {
+      std::span<const float> r;
       if (a->mode == "prefill") {
-        auto r = m.prefill(kv.value(), tokens, true);
-        if (!r.ok()) return fail(r.error().message);
-        std::copy(r->begin(), r->end(), out.begin());
-      } else {
-        for (size_t t = 0; t < tokens.size(); t++) {
-          auto r = m.decode(kv.value(), tokens[t]);
-          if (!r.ok()) return fail(r.error().message);
-          std::copy(r->begin(), r->end(), out.begin() + t * V);
-        }
+        auto all = seq.run(tokens, true);
+        if (!all.ok()) return fail(all.error().message);
+        std::copy(all->begin(), all->end(), out.begin());
+        break;
       }
+      if (a->mode == "naive") seq.clear();  // position t's K,V and those of all before it, again
+      auto l = a->mode == "naive" ? seq.run(std::span<const int32_t>(tokens.data(), t + 1))
+                                  : seq.run(std::span<const int32_t>(&tokens[t], 1));
+      if (!l.ok()) return fail(l.error().message);
+      std::copy(l->begin(), l->end(), out.begin() + t * V);
     }
     std::ofstream f(a->out, std::ios::binary);
     f.write(reinterpret_cast<const char*>(out.data()), (std::streamsize)(out.size() * sizeof(float)));

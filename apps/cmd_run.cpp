@@ -59,8 +59,7 @@ Command add_run_command(CLI::App& app) {
       for (int32_t t : generated) fmt::print(" {}", t);
       fmt::print("\n");
     }
-    const int64_t kv_tokens = std::min<int64_t>((int64_t)prompt.size() + cfg.max_new_tokens, model.config().n_ctx_train);
-    print_stats(st.value(), model, a->gen, kv_tokens);
+    print_stats(st.value(), model, a->gen);
     return 0;
   };
 }

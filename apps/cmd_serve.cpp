@@ -59,7 +59,7 @@ std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(
 Command add_serve_command(CLI::App& app) {
   struct Args {
     ModelLoadOptions load;
-    std::string host = "127.0.0.1", api_key, api_key_file, kv_memory = "1GiB", name, chat_template_file;
+    std::string host = "127.0.0.1", api_key, api_key_file, kv_memory = "1GiB", name, chat_template_file, kv_dtype = "f16";
     bool allow_special_in_messages = false;
     int port = 8080, max_running = 64, block_tokens = 16;
     int64_t batch_tokens = 512, kv_tokens = 0;
@@ -88,6 +88,7 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--kv-memory", a->kv_memory, "memory for the KV block pool, e.g. 512MiB, 4GiB");
   sub->add_option("--kv-tokens", a->kv_tokens, "size the KV block pool in tokens instead (overrides --kv-memory)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
+  add_kv_dtype_option(sub, a->kv_dtype);
   sub->add_option("--block-tokens", a->block_tokens, "tokens per KV block")->check(CLI::Range(1, 1024));
   sub->add_option("--max-running", a->max_running, "sequences decoded together at most")->check(CLI::Range(1, 4096));
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
@@ -111,11 +112,11 @@ Command add_serve_command(CLI::App& app) {
     const LlamaConfig& c = model.config();
     auto mem = parse_bytes(a->kv_memory);
     if (!mem.ok()) return fail(mem.error().message);
-    BlockPoolShape ps{c.n_layer, c.n_kv_head, c.head_dim, a->block_tokens, 0, DType::F16};
+    BlockPoolShape ps{c.n_layer, c.n_kv_head, c.head_dim, a->block_tokens, 0, kv_dtype_of(a->kv_dtype)};
     ps.n_blocks = a->kv_tokens > 0 ? (a->kv_tokens + a->block_tokens - 1) / a->block_tokens
                                    : BlockPool::blocks_for_bytes(ps, mem.value());
     if (ps.n_blocks < 1) return fail(fmt::format("--kv-memory {} holds no KV block", a->kv_memory));
-    auto pool = BlockPool::create(ps);
+    auto pool = BlockPool::create(ps, model.backend());
     if (!pool.ok()) return fail(pool.error().message);
     // Renders stop at once when the server stops, so no worker is left inside a template.
     static std::atomic<bool> stopping{false};

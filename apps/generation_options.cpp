@@ -17,6 +17,20 @@ void ModelLoadOptions::add_to(CLI::App* sub) {
       ->check(CLI::IsMember({"q8", "f32"}));
 }
 
+void add_kv_dtype_option(CLI::App* sub, std::string& dtype) {
+  sub->add_option("--kv-dtype", dtype, "KV cache element type: f16, f32 or q8_0 (half of f16's bytes)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+}
+
+DType kv_dtype_of(const std::string& name) {
+  return name == "f32" ? DType::F32 : name == "q8_0" ? DType::Q8_0 : DType::F16;
+}
+
+double kv_element_bytes(DType dtype) {
+  const DTypeInfo info = *dtype_info((uint32_t)dtype);
+  return (double)info.block_bytes / info.block_elems;
+}
+
 void GenerationOptions::add_to(CLI::App* sub) {
   ModelLoadOptions::add_to(sub);
   sub->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->check(CLI::Range(0, 1 << 20));
@@ -28,7 +42,7 @@ void GenerationOptions::add_to(CLI::App* sub) {
   sub->add_option("--seed", seed, "RNG seed (-1 = random)");
   sub->add_flag("--no-kv-cache", no_kv_cache, "naive mode: recompute K,V of the whole sequence every step");
   sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
-  sub->add_option("--kv-dtype", kv_dtype, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_dtype_option(sub, kv_dtype);
   sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
 }
 
@@ -36,7 +50,7 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
   GenerationConfig c;
   c.max_new_tokens = n_predict;
   c.use_kv_cache = !no_kv_cache;
-  c.kv_dtype = kv_dtype == "f32" ? DType::F32 : DType::F16;
+  c.kv_dtype = kv_dtype_of(kv_dtype);
   c.stop_at_eog = !ignore_eos;
   c.stop_tokens = vocab.end_of_generation;
   c.sampling.temperature = temp;
@@ -60,7 +74,7 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   return LoadedModel{std::move(m.value()), std::move(tok.value())};
 }
 
-void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o, int64_t kv_tokens) {
+void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o) {
   if (o.quiet_stats) return;
   const LlamaConfig& c = m.config();
   fmt::print(stderr, "\n\n--- tandem: {} ({}), {} threads, {} kernels, {} activations ---\n",
@@ -74,11 +88,16 @@ void print_stats(const GenerationStats& st, const LlamaModel& m, const Generatio
              st.decode_s * 1e3, st.decode_tok_s(), st.tpot_s() * 1e3);
   fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated, st.stopped_by_eog ? " (stopped at end of generation)" : "");
   if (o.no_kv_cache) {
-    fmt::print(stderr, "KV cache       none: naive mode recomputed K,V of every earlier position at each step\n");
+    fmt::print(stderr, "KV cache       none kept: naive mode recomputed K,V of every earlier position at each step\n"
+                       "               (in {} ({}) of scratch blocks)\n", st.kv_bytes, human_bytes(st.kv_bytes));
   } else {
-    const int bytes = o.kv_dtype == "f32" ? 4 : 2;
-    fmt::print(stderr, "KV cache       {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x {} bytes\n",
-               st.kv_bytes, human_bytes(st.kv_bytes), c.n_layer, c.n_kv_head, kv_tokens, c.head_dim, bytes);
+    const DType dt = kv_dtype_of(o.kv_dtype);
+    const DTypeInfo info = *dtype_info((uint32_t)dt);
+    fmt::print(stderr, "KV cache       {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x {} bytes ({})\n",
+               st.kv_bytes, human_bytes(st.kv_bytes), c.n_layer, c.n_kv_head, st.kv_tokens, c.head_dim,
+               info.block_elems == 1 ? fmt::format("{}", info.block_bytes)
+                                     : fmt::format("{}/{}", info.block_bytes, info.block_elems),
+               info.name);
   }
 }
 

@@ -24,6 +24,12 @@ struct ModelLoadOptions {
   void add_to(CLI::App* sub);
 };
 
+// --kv-dtype f16 | f32 | q8_0: the KV pool's element type, the same flag on every command.
+// q8_0 halves f16's bytes (34 per 32 elements), so twice the tokens fit the same memory.
+void add_kv_dtype_option(CLI::App* sub, std::string& dtype);
+DType kv_dtype_of(const std::string& name);  // a name add_kv_dtype_option admitted
+double kv_element_bytes(DType dtype);          // 2 for f16, 34/32 for q8_0
+
 struct GenerationOptions : ModelLoadOptions {
   int n_predict = 128;
   float temp = 0.8f;
@@ -47,7 +53,7 @@ struct LoadedModel {
 };
 Result<LoadedModel> load_model(const ModelLoadOptions& o);
 
-// Prints prompt tokens, TTFT, TPOT, tok/s of each phase and the KV cache's bytes to stderr.
-void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o, int64_t kv_tokens);
+// Prints prompt tokens, TTFT, TPOT, tok/s of each phase and the KV pool's bytes to stderr.
+void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o);
 
 }  // namespace tandem::apps

@@ -3,14 +3,13 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "engine/scheduler.h"
 
 namespace tandem {
 
 namespace {
 
-bool is_stop(const GenerationConfig& cfg, int32_t tok) {
-  return cfg.stop_at_eog && std::find(cfg.stop_tokens.begin(), cfg.stop_tokens.end(), tok) != cfg.stop_tokens.end();
-}
+constexpr int kBlockTokens = 16;
 
 Status check_prompt(const LlamaModel& m, const std::vector<int32_t>& prompt, const GenerationConfig& cfg) {
   if (prompt.empty()) return make_error("the prompt is empty (no tokens)");
@@ -23,94 +22,79 @@ Status check_prompt(const LlamaModel& m, const std::vector<int32_t>& prompt, con
 
 }  // namespace
 
+Generator::Generator(LlamaModel& model, int64_t context_tokens) : model_(model), context_tokens_(context_tokens) {}
+Generator::~Generator() = default;
+
+Status Generator::ensure_pool(int64_t tokens, DType dtype) {
+  const int64_t blocks = std::max<int64_t>(1, (tokens + kBlockTokens - 1) / kBlockTokens);
+  if (pool_ && pool_->shape().dtype == dtype && pool_->n_blocks() >= blocks) return Status::Ok();
+  pool_.reset();
+  auto p = model_.new_kv_pool(blocks, dtype, kBlockTokens);
+  if (!p.ok()) return p.error();
+  pool_ = std::move(p.value());
+  return Status::Ok();
+}
+
 Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
                                             const TokenCallback& on_token) {
   TANDEM_TRY(check_prompt(model_, prompt, cfg));
-  if (!cfg.use_kv_cache) return generate_no_cache(prompt, cfg, on_token);
-  const int64_t need = std::min<int64_t>((int64_t)prompt.size() + cfg.max_new_tokens, model_.config().n_ctx_train);
-  auto kv = model_.new_kv_cache(need, cfg.kv_dtype);
-  if (!kv.ok()) return kv.error();
-  std::vector<int32_t> history;
-  return generate_in(kv.value(), history, prompt, cfg, on_token);
-}
-
-Result<GenerationStats> Generator::generate_in(KvCache& kv, std::vector<int32_t>& history,
-                                               const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
-                                               const TokenCallback& on_token) {
-  TANDEM_TRY(check_prompt(model_, prompt, cfg));
-  if ((int64_t)prompt.size() > kv.capacity())
-    return make_error("prompt of {} tokens does not fit the KV cache of {} positions", prompt.size(), kv.capacity());
-  GenerationStats st;
-  st.n_prompt = (int)prompt.size();
-  st.kv_bytes = kv.allocated_bytes();
-
-  // Keep the cached prefix that matches; the last prompt token always runs so there are logits.
-  size_t keep = 0;
-  while (keep < history.size() && keep + 1 < prompt.size() && history[keep] == prompt[keep] &&
-         (int64_t)keep < kv.size())
-    keep++;
-  kv.truncate((int64_t)keep);
-  history.resize(keep);
-  st.n_reused = (int)keep;
-
-  Sampler sampler(cfg.sampling);
-  Timer t;
-  auto logits = model_.prefill(kv, std::span<const int32_t>(prompt).subspan(keep));
-  if (!logits.ok()) return logits.error();
-  st.prefill_s = t.seconds();
-  history.insert(history.end(), prompt.begin() + keep, prompt.end());
-  if (cfg.max_new_tokens == 0) return st;
-  int32_t tok = sampler.sample(logits.value(), history);
-  st.ttft_s = t.seconds();
-
-  while (true) {
-    st.n_generated++;
-    if (is_stop(cfg, tok)) {
-      st.stopped_by_eog = true;
-      break;
-    }
-    if (!on_token(tok) || st.n_generated >= cfg.max_new_tokens || kv.size() >= kv.capacity()) break;
-    history.push_back(tok);
-    Timer step;
-    auto next = model_.decode(kv, tok);
-    if (!next.ok()) return next.error();
-    tok = sampler.sample(next.value(), history);
-    st.decode_s += step.seconds();
-    st.n_decode_steps++;
+  const int64_t n_prompt = (int64_t)prompt.size();
+  int64_t capacity = std::min<int64_t>(n_prompt + cfg.max_new_tokens, model_.config().n_ctx_train);
+  if (context_tokens_ > 0) {
+    if (n_prompt > context_tokens_)
+      return make_error("prompt of {} tokens does not fit the KV cache of {} positions", n_prompt, context_tokens_);
+    capacity = context_tokens_;
   }
-  return st;
-}
+  // One position past the capacity: the scheduler admits a prompt with room for its next token.
+  TANDEM_TRY(ensure_pool(capacity + 1, cfg.kv_dtype));
 
-Result<GenerationStats> Generator::generate_no_cache(const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
-                                                     const TokenCallback& on_token) {
+  SchedulerOptions so;
+  so.max_batch_tokens = std::max<int64_t>(1, cfg.max_batch_tokens);
+  so.max_running = 1;
+  so.no_kv_cache = !cfg.use_kv_cache;
+  Scheduler sched(model_, *pool_, so);
+  RequestParams rp;
+  rp.prompt = prompt;
+  // Generation ends where the pool (the context) is full, as it always has.
+  rp.max_tokens = (int)std::min<int64_t>(cfg.max_new_tokens, std::max<int64_t>(0, capacity - n_prompt));
+  rp.sampling = cfg.sampling;
+  if (cfg.stop_at_eog) rp.stop_tokens = cfg.stop_tokens;
+
   GenerationStats st;
-  st.n_prompt = (int)prompt.size();
-  std::vector<int32_t> seq = prompt;
-  Sampler sampler(cfg.sampling);
+  st.n_prompt = (int)n_prompt;
+  st.kv_bytes = pool_->bytes();
+  st.kv_tokens = pool_->n_blocks() * pool_->block_tokens();
+  bool first = true;
+  SeqEvent last;
   Timer t;
-  auto logits = model_.forward_no_cache(seq, cfg.kv_dtype);
-  if (!logits.ok()) return logits.error();
-  st.prefill_s = t.seconds();
-  if (cfg.max_new_tokens == 0) return st;
-  int32_t tok = sampler.sample(logits.value(), seq);
-  st.ttft_s = t.seconds();
-  const int64_t ctx = model_.config().n_ctx_train;
-  while (true) {
-    st.n_generated++;
-    if (is_stop(cfg, tok)) {
-      st.stopped_by_eog = true;
-      break;
+  auto added = sched.add(std::move(rp), [&](const SeqEvent& e) {
+    if (e.finish != FinishReason::None) {
+      last = e;
+      return true;
     }
-    if (!on_token(tok) || st.n_generated >= cfg.max_new_tokens || (int64_t)seq.size() >= ctx) break;
-    seq.push_back(tok);
+    if (first) {
+      first = false;
+      st.prefill_s = sched.stats().pass_s;
+      st.ttft_s = t.seconds();
+    }
+    return on_token(e.token);
+  });
+  if (!added.ok()) return added.error();
+  while (sched.has_work()) {
+    const bool decoding = !first;
     Timer step;
-    // The naive step: K and V of every earlier position are computed again.
-    auto next = model_.forward_no_cache(seq, cfg.kv_dtype);
-    if (!next.ok()) return next.error();
-    tok = sampler.sample(next.value(), seq);
-    st.decode_s += step.seconds();
-    st.n_decode_steps++;
+    const Status s = sched.step();
+    if (!s.ok()) return s.error();
+    if (decoding) {
+      st.decode_s += step.seconds();
+      st.n_decode_steps++;
+    }
   }
+  if (last.finish == FinishReason::Error) return make_error("{}", last.error);
+  st.n_reused = last.n_cached;
+  st.stopped_by_eog = last.finish == FinishReason::Stop;
+  st.n_generated = last.n_generated + (st.stopped_by_eog ? 1 : 0);
+  if (first && cfg.max_new_tokens == 0) st.prefill_s = sched.stats().pass_s, st.ttft_s = 0;
   return st;
 }
 

@@ -1,14 +1,17 @@
-// Runs one request end to end: prefill the prompt, then decode token by token until a stop,
-// timing each phase (TTFT, TPOT) and accounting the KV cache's bytes.
+// Runs one request end to end for `run`, `chat` and `explain`: a Scheduler with one request,
+// over a paged KV pool, the same loop `serve` runs for many (prefill in chunks, then decode
+// token by token until a stop), timing each phase (TTFT, TPOT) and accounting the KV pool's
+// bytes. The naive mode (no KV cache) is the scheduler's option of the same loop.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
 #include "engine/sampler.h"
-#include "kv/kv_cache.h"
+#include "kv/block_pool.h"
 #include "model/llama_model.h"
 
 namespace tandem {
@@ -20,17 +23,19 @@ struct GenerationConfig {
   bool stop_at_eog = true;
   std::vector<int32_t> stop_tokens;  // end-of-generation ids (from the vocabulary)
   SamplingParams sampling;
+  int64_t max_batch_tokens = 512;  // prefill runs in chunks of at most this many tokens
 };
 
 struct GenerationStats {
   int n_prompt = 0;
-  int n_generated = 0;
-  int n_reused = 0;          // prompt tokens already in the cache (multi-turn chat)
-  double prefill_s = 0.0;    // time of the prefill forward pass
+  int n_generated = 0;       // tokens sampled, the end-of-generation token included
+  int n_reused = 0;          // prompt tokens already in the KV pool (an earlier turn's blocks)
+  double prefill_s = 0.0;    // time of the prefill forward passes
   double ttft_s = 0.0;       // time to first token: prefill plus the first sample
   double decode_s = 0.0;     // total time of the decode steps
-  int n_decode_steps = 0;    // forward passes after the first token
-  uint64_t kv_bytes = 0;     // bytes allocated for the KV cache (0 in naive mode)
+  int n_decode_steps = 0;    // steps after the first token
+  uint64_t kv_bytes = 0;     // bytes of the KV pool (naive mode: its scratch blocks)
+  int64_t kv_tokens = 0;     // positions the pool holds
   bool stopped_by_eog = false;
 
   double tpot_s() const { return n_decode_steps ? decode_s / n_decode_steps : 0.0; }
@@ -43,22 +48,21 @@ using TokenCallback = std::function<bool(int32_t token)>;
 
 class Generator {
  public:
-  explicit Generator(LlamaModel& model) : model_(model) {}
+  // context_tokens: the KV pool's size in positions, kept across generate() calls so a chat's
+  // next turn finds the earlier turns' full blocks in the prefix cache; 0 sizes the pool per
+  // request (prompt + max_new_tokens).
+  explicit Generator(LlamaModel& model, int64_t context_tokens = 0);
+  ~Generator();
 
-  // One-shot generation from a prompt (a fresh KV cache sized prompt + max_new_tokens).
   Result<GenerationStats> generate(const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
                                    const TokenCallback& on_token);
 
-  // Continues in a caller-owned cache (multi-turn chat): positions whose tokens equal the
-  // cache's history are kept, the rest of the prompt is prefilled. `history` holds the
-  // tokens in the cache and is updated with the prompt and the generated tokens.
-  Result<GenerationStats> generate_in(KvCache& kv, std::vector<int32_t>& history, const std::vector<int32_t>& prompt,
-                                      const GenerationConfig& cfg, const TokenCallback& on_token);
-
  private:
-  Result<GenerationStats> generate_no_cache(const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
-                                            const TokenCallback& on_token);
+  Status ensure_pool(int64_t tokens, DType dtype);
+
   LlamaModel& model_;
+  int64_t context_tokens_;
+  std::unique_ptr<BlockPool> pool_;
 };
 
 }  // namespace tandem

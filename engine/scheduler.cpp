@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/timer.h"
+
 namespace tandem {
 
 const char* finish_reason_name(FinishReason r) {
@@ -91,7 +93,7 @@ bool Scheduler::admit(Seq& s) {
   // Each hit is verified by the pool (token ids and parent), so a hash collision is a miss.
   const int64_t B = pool_.block_tokens();
   uint64_t parent = 0;
-  const int64_t reusable = ((int64_t)s.tokens.size() - 1) / B;
+  const int64_t reusable = opts_.no_kv_cache ? 0 : ((int64_t)s.tokens.size() - 1) / B;
   for (int64_t k = 0; k < reusable; k++) {
     const std::span<const int32_t> block(s.tokens.data() + k * B, (size_t)B);
     const uint64_t h = pool_.chain_hash(parent, block);
@@ -178,7 +180,10 @@ Status Scheduler::step() {
   const std::vector<Planned> plan = schedule();
   if (plan.empty()) return Status::Ok();
   std::vector<Seq*> logit_seq;
+  Timer pass_timer;
   auto logits = run(plan, logit_seq);
+  stats_.last_pass_s = pass_timer.seconds();
+  stats_.pass_s += stats_.last_pass_s;
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;
@@ -289,7 +294,7 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
                             std::span<const float> logits) {
   for (const Planned& p : plan) {
     p.seq->n_computed += p.n;
-    publish_full_blocks(*p.seq);
+    if (!opts_.no_kv_cache) publish_full_blocks(*p.seq);
   }
   // Sample for every sequence whose last token ran, and report.
   const int64_t V = model_.config().n_vocab;
@@ -302,6 +307,7 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
       continue;
     }
     const int32_t tok = s.sampler.sample(row, s.tokens);
+    if (opts_.no_kv_cache) s.n_computed = 0;  // naive mode: the next pass recomputes every K,V
     SeqEvent e;
     e.id = s.id;
     e.token = tok;

@@ -4,7 +4,11 @@
 // are mid-generation. When blocks run out the newest running sequence is preempted: its
 // blocks are freed and it is recomputed later from its tokens so far, instead of failing.
 // Full blocks are published to the pool's prefix cache, so a request sharing a prefix (a
-// system prompt) skips that part of prefill.
+// system prompt, an earlier turn of a chat) skips that part of prefill.
+//
+// Every generation runs here: `serve`'s many requests, and `run`/`chat`'s one (Generator), in
+// the same pool and the same loop. The naive mode (no KV cache) is an option of the loop: a
+// sequence's K,V are forgotten after each token, so every step recomputes all of them.
 //
 // Not thread-safe: the serving loop (server/) owns it and feeds it from one thread.
 #pragma once
@@ -56,12 +60,18 @@ using SeqCallback = std::function<bool(const SeqEvent&)>;
 struct SchedulerOptions {
   int64_t max_batch_tokens = 512;  // tokens per forward pass (decode tokens first)
   int max_running = 64;            // sequences in flight
+  // Naive mode: after each sampled token a sequence's K,V are discarded (its blocks become
+  // scratch for the next pass) and the prefix cache is not used, so step n recomputes K,V of
+  // all n earlier tokens: the O(n^3) baseline the KV cache exists to avoid.
+  bool no_kv_cache = false;
 };
 
 struct SchedulerStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0;
+  double pass_s = 0;       // time in forward passes, all steps
+  double last_pass_s = 0;  // the last step's forward pass
 };
 
 class Scheduler {

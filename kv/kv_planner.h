@@ -12,6 +12,13 @@
 
 namespace tandem {
 
+// The seed's formula with a whole number of bytes per element:
+// 2 x layers x kv_heads x seq_len x head_dim x bytes_per_element x batch.
+constexpr uint64_t kv_cache_bytes(uint64_t n_layer, uint64_t n_kv_head, uint64_t seq_len, uint64_t head_dim,
+                                  uint64_t bytes_per_element, uint64_t batch = 1) {
+  return 2 * n_layer * n_kv_head * seq_len * head_dim * bytes_per_element * batch;
+}
+
 struct KvPlanInput {
   int n_layer = 0;
   int n_kv_head = 0;

@@ -1,5 +1,5 @@
-// LlamaModel::forward: one serving step over tokens of many sequences whose K,V live in a
-// block pool (the paged KV cache).
+// LlamaModel::forward: one pass over tokens of one or many sequences whose K,V live in a
+// block pool (the paged KV cache), after checking the batch against the pool and the model.
 #include <algorithm>
 
 #include "kv/block_pool.h"
@@ -29,9 +29,14 @@ Result<std::span<const float>> LlamaModel::forward(BlockPool& pool, const Forwar
   TANDEM_TRY(check_tokens(b.tokens()));
   const int64_t n_logits = (int64_t)b.logit_rows().size();
   ensure_scratch(b.n_tokens(), std::max<int64_t>(1, n_logits));
-  const KvStore store{pool.data(), ps.dtype, ps.n_layer, ps.block_tokens, ps.n_blocks, pool.row_bytes()};
-  pass(store, b, 0);
+  pass(pool.store(), b, 0);
   return backend_->read(logits_).subspan(0, (size_t)n_logits * (size_t)c.n_vocab);
+}
+
+Result<std::unique_ptr<BlockPool>> LlamaModel::new_kv_pool(int64_t n_blocks, DType dtype, int block_tokens,
+                                                           PrefixHashFn hash) const {
+  const BlockPoolShape s{config_.n_layer, config_.n_kv_head, config_.head_dim, block_tokens, n_blocks, dtype};
+  return BlockPool::create(s, *backend_, std::move(hash));
 }
 
 Result<std::span<const float>> LlamaModel::forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,

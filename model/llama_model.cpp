@@ -6,17 +6,6 @@
 
 namespace tandem {
 
-namespace {
-
-// A sequence's contiguous cache is a store of one block holding its whole capacity.
-KvStore store_of(KvCache& kv) {
-  const KvCacheShape& s = kv.shape();
-  return KvStore{static_cast<uint8_t*>(kv.k(0)), s.dtype, s.n_layer, (int)s.max_tokens, 1,
-                 (size_t)kv.row_elems() * kv.elem_bytes()};
-}
-
-}  // namespace
-
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, const ModelOptions& opts) {
   auto f = GgufFile::open(path);
   if (!f.ok()) return f.error();
@@ -43,14 +32,6 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_gguf(std::unique_ptr<GgufFi
     m->inv_freq_[i] = f;
   }
   return m;
-}
-
-KvCacheShape LlamaModel::kv_shape(int64_t max_tokens, DType dtype) const {
-  return KvCacheShape{config_.n_layer, config_.n_kv_head, config_.head_dim, max_tokens, dtype};
-}
-
-Result<KvCache> LlamaModel::new_kv_cache(int64_t max_tokens, DType dtype) const {
-  return KvCache::create(kv_shape(max_tokens, dtype));
 }
 
 Status LlamaModel::check_tokens(std::span<const int32_t> tokens) const {
@@ -118,51 +99,6 @@ void LlamaModel::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_a
     }
     if (!logit_rows.empty()) be.logits(x, logit_rows, weights_.output_norm, eps, weights_.output, xb_, logits);
   });
-}
-
-Result<std::span<const float>> LlamaModel::prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits) {
-  if (tokens.empty()) return make_error("prefill needs at least one token");
-  TANDEM_TRY(check_tokens(tokens));
-  const int64_t n_total = (int64_t)tokens.size();
-  if (kv.size() + n_total > kv.capacity())
-    return make_error("prompt of {} tokens does not fit: the KV cache holds {} and has {} of {} positions used",
-                      n_total, kv.capacity(), kv.size(), kv.capacity());
-  const int64_t V = config_.n_vocab;
-  const int64_t chunk = std::max<int64_t>(1, opts_.max_prefill_chunk);
-  ensure_scratch(std::min(chunk, n_total), all_logits ? n_total : 1);
-  const KvStore store = store_of(kv);
-  const int32_t table[1] = {0};
-  for (int64_t start = 0; start < n_total; start += chunk) {
-    const int64_t n = std::min(chunk, n_total - start);
-    ForwardBatch b((int)kv.capacity());
-    using L = ForwardBatch::Logits;
-    const L want = all_logits ? L::All : start + n == n_total ? L::Last : L::None;
-    TANDEM_TRY(b.add_sequence(tokens.subspan(start, n), kv.size(), table, want));
-    pass(store, b, all_logits ? start : 0);
-    kv.advance(n);
-  }
-  return backend_->read(logits_).subspan(0, (all_logits ? n_total : 1) * V);
-}
-
-Result<std::span<const float>> LlamaModel::decode(KvCache& kv, int32_t token) {
-  const std::span<const int32_t> tokens(&token, 1);
-  TANDEM_TRY(check_tokens(tokens));
-  if (kv.size() >= kv.capacity())
-    return make_error("context full: the KV cache holds {} positions and all are used", kv.capacity());
-  ensure_scratch(1, 1);
-  ForwardBatch b((int)kv.capacity());
-  const int32_t table[1] = {0};
-  TANDEM_TRY(b.add_sequence(tokens, kv.size(), table, ForwardBatch::Logits::Last));
-  pass(store_of(kv), b, 0);
-  kv.advance(1);
-  return backend_->read(logits_).subspan(0, config_.n_vocab);
-}
-
-Result<std::span<const float>> LlamaModel::forward_no_cache(std::span<const int32_t> tokens, DType kv_dtype) {
-  if (tokens.empty()) return make_error("the no-cache forward pass needs at least one token");
-  auto scratch = new_kv_cache((int64_t)tokens.size(), kv_dtype);
-  if (!scratch.ok()) return scratch.error();
-  return prefill(scratch.value(), tokens, false);
 }
 
 }  // namespace tandem

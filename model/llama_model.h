@@ -1,11 +1,10 @@
-// A loaded Llama-family model and its forward pass, written as the two phases of inference:
-//   prefill(tokens): every prompt token in one batched pass (matrix-matrix products), writing
-//                    K and V of every position into the KV cache;
-//   decode(token):   one token (matrix-vector products), appending one K,V row per layer and
-//                    attending over the whole cache;
-// plus forward_no_cache(), the naive mode that recomputes K,V of the whole sequence each step,
-// and forward(), a serving step over tokens of many sequences in a block pool. All of them run
-// the one pass (LlamaModel::pass) over a ForwardBatch, as calls to the backend (backend/).
+// A loaded Llama-family model and its one forward pass (LlamaModel::pass), run as calls to the
+// backend (backend/) over a ForwardBatch: the tokens of one or many sequences at their
+// positions, whose K,V live in a paged KV pool (kv/block_pool.h). Both phases of inference are
+// this one pass: prefill puts a prompt's tokens in one batch (matrix-matrix products, compute
+// bound), decode one token per sequence (matrix-vector, bound by reading every weight); the
+// naive no-cache mode recomputes every earlier position in each pass. Who runs which tokens
+// when is the scheduler's (engine/).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +17,7 @@
 #include "backend/forward_batch.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "kv/kv_cache.h"
+#include "kv/block_allocator.h"
 #include "model/llama_config.h"
 #include "model/llama_weights.h"
 
@@ -26,7 +25,6 @@ namespace tandem {
 
 struct ModelOptions {
   std::shared_ptr<Backend> backend;  // null: default_backend() (the CPU, every core)
-  int64_t max_prefill_chunk = 512;   // longer prompts run as several batched chunks
 };
 
 class BlockPool;
@@ -50,29 +48,19 @@ class LlamaModel {
   const GgufFile& gguf() const { return *file_; }
   Backend& backend() const { return *backend_; }
 
-  KvCacheShape kv_shape(int64_t max_tokens, DType dtype = DType::F16) const;
-  Result<KvCache> new_kv_cache(int64_t max_tokens, DType dtype = DType::F16) const;
+  // A KV pool of n_blocks blocks of block_tokens positions in this model's shape, in its
+  // backend's memory. hash: the prefix cache's (tests only; empty: keyed SipHash-2-4).
+  Result<std::unique_ptr<BlockPool>> new_kv_pool(int64_t n_blocks, DType dtype = DType::F16, int block_tokens = 16,
+                                                 PrefixHashFn hash = {}) const;
 
-  // Phase 1. Runs tokens at positions [kv.size(), kv.size() + n) and appends their K,V.
-  // Returns the logits of the last position ([n_vocab]), or of every position
-  // ([n, n_vocab]) with all_logits. The span lives until the next call.
-  Result<std::span<const float>> prefill(KvCache& kv, std::span<const int32_t> tokens, bool all_logits = false);
-
-  // Phase 2. Runs one token at position kv.size(), appends its K,V, returns [n_vocab] logits.
-  Result<std::span<const float>> decode(KvCache& kv, int32_t token);
-
-  // A serving step (continuous batching): the batch's tokens of several sequences in one pass,
-  // so every weight matrix multiplies all of them at once; their K,V go to the pool's blocks at
-  // the batch's slots. Returns [n_logits, n_vocab]: one row per logit row of the batch, in order.
+  // One forward pass over the batch's tokens (of one or several sequences: every weight
+  // matrix multiplies all of them at once); their K,V go to the pool's blocks at the batch's
+  // slots. Returns [n_logits, n_vocab]: one row per logit row of the batch, in order; the span
+  // lives until the next call.
   Result<std::span<const float>> forward(BlockPool& pool, const ForwardBatch& batch);
   // The same from entries and per-sequence block tables (entry.seq indexes `tables`).
   Result<std::span<const float>> forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
                                                std::span<const std::vector<int32_t>> tables);
-
-  // Naive mode: no persistent cache. Recomputes K,V for the whole sequence in one pass over a
-  // scratch cache that is discarded, returning the logits of the last position. K,V are
-  // rounded to kv_dtype as the cached path rounds them, so both paths compute the same thing.
-  Result<std::span<const float>> forward_no_cache(std::span<const int32_t> tokens, DType kv_dtype = DType::F16);
 
  private:
   LlamaModel() = default;

@@ -1,8 +1,13 @@
+// The KV cache's memory: the seed's size formula, and the paged pool every command keeps its
+// K,V in (backend-allocated storage; rows land at the slots the ForwardBatch names).
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/fp16.h"
-#include "kv/kv_cache.h"
+#include "kv/block_pool.h"
+#include "kv/kv_planner.h"
 
 namespace tandem {
 namespace {
@@ -15,47 +20,52 @@ TEST(KvCache, SeedFormulaLlama2_70B) {
   EXPECT_EQ(kv_cache_bytes(80, 8, 4096, 128, 2, 4), 4 * 1342177280ull);
 }
 
-TEST(KvCache, AllocatesExactlyTheFormula) {
-  for (DType t : {DType::F16, DType::F32}) {
-    auto kv = KvCache::create({30, 3, 64, 1000, t});
-    ASSERT_TRUE(kv.ok()) << kv.error().message;
-    EXPECT_EQ(kv->allocated_bytes(), kv_cache_bytes(30, 3, 1000, 64, t == DType::F16 ? 2 : 4));
-    // Layer 29's V ends exactly at the end of the allocation.
-    const auto* begin = static_cast<const uint8_t*>(kv->k(0));
-    const auto* end_v = static_cast<const uint8_t*>(kv->v(29)) + 1000 * 3 * 64 * kv->elem_bytes();
-    EXPECT_EQ((uint64_t)(end_v - begin), kv->allocated_bytes());
-  }
-}
-
-// The forward pass sees a contiguous cache as a KvStore of one block holding the whole
-// context: the backend's store at positions 3 and 4 of layer 1 lands in k(1) and v(1) rows.
-TEST(KvCache, StoresRowsAtTheirPositions) {
-  auto kv = KvCache::create({2, 1, 4, 8, DType::F16});
-  ASSERT_TRUE(kv.ok());
-  const std::vector<float> k = {1, 2, 3, 4, 5, 6, 7, 8}, v = {-1, -2, -3, -4, -5, -6, -7, -8};
+TEST(KvCache, PoolAllocatesExactlyTheFormula) {
   CpuBackend be;
-  const Tensor kt = be.upload(k, 2, 4), vt = be.upload(v, 2, 4);
-  const KvStore store{static_cast<uint8_t*>(kv->k(0)), DType::F16, 2, 8, 1, 4 * kv->elem_bytes()};
-  ForwardBatch b(8);
-  const int32_t table[1] = {0};
-  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{0, 0}, 3, table, ForwardBatch::Logits::None).ok());
-  be.run_pass(2, [&] { be.store_kv(kt, vt, store, 1, b); });
-  kv->advance(5);
-  EXPECT_EQ(kv->size(), 5);
-  const auto* kh = static_cast<const uint16_t*>(kv->k(1));
-  const auto* vh = static_cast<const uint16_t*>(kv->v(1));
-  EXPECT_EQ(fp16_to_fp32(kh[3 * 4 + 0]), 1.0f);
-  EXPECT_EQ(fp16_to_fp32(kh[4 * 4 + 3]), 8.0f);
-  EXPECT_EQ(fp16_to_fp32(vh[4 * 4 + 3]), -8.0f);
-  kv->truncate(2);
-  EXPECT_EQ(kv->size(), 2);
-  kv->clear();
-  EXPECT_EQ(kv->size(), 0);
+  for (DType t : {DType::F16, DType::F32}) {
+    auto pool = BlockPool::create({30, 3, 64, 16, 63, t}, be);  // 1008 positions
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    EXPECT_EQ(pool.value()->bytes(), kv_cache_bytes(30, 3, 63 * 16, 64, t == DType::F16 ? 2 : 4));
+    EXPECT_EQ(pool.value()->store().bytes(), pool.value()->bytes());
+  }
+  // q8_0: 34 bytes per 32 elements.
+  auto q = BlockPool::create({30, 3, 64, 16, 63, DType::Q8_0}, be);
+  ASSERT_TRUE(q.ok()) << q.error().message;
+  EXPECT_EQ(q.value()->bytes(), 2ull * 30 * 3 * (64 / 32 * 34) * 63 * 16);
+  EXPECT_EQ(q.value()->row_bytes(), 3u * 2 * 34);
 }
 
-TEST(KvCache, RejectsBadShapes) {
-  EXPECT_FALSE(KvCache::create({0, 3, 64, 10, DType::F16}).ok());
-  EXPECT_FALSE(KvCache::create({2, 3, 64, 10, DType::Q8_0}).ok());
+// The backend's store puts a token's K and V rows of a layer at its slot: position p of a
+// sequence in block table[p / block_tokens], row p % block_tokens, after the layer's offset.
+TEST(KvCache, StoresRowsAtTheirSlots) {
+  CpuBackend be;
+  auto pool = BlockPool::create({2, 1, 4, 4, 3, DType::F16}, be);
+  ASSERT_TRUE(pool.ok());
+  const KvStore& kv = pool.value()->store();
+  const std::vector<float> k = {1, 2, 3, 4, 5, 6, 7, 8}, v = {-1, -2, -3, -4, -5, -6, -7, -8};
+  const Tensor kt = be.upload(k, 2, 4), vt = be.upload(v, 2, 4);
+  ForwardBatch b(4);
+  const int32_t table[2] = {2, 0};  // positions 0-3 in block 2, 4-7 in block 0
+  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{0, 0}, 3, table, ForwardBatch::Logits::None).ok());
+  be.run_pass(2, [&] { be.store_kv(kt, vt, kv, 1, b); });
+  auto at = [&](int32_t block, size_t offset, int row) {
+    return reinterpret_cast<const uint16_t*>(kv.data + (size_t)block * kv.block_bytes() + offset + (size_t)row * kv.row_bytes);
+  };
+  EXPECT_EQ(fp16_to_fp32(at(2, kv.k_offset(1), 3)[0]), 1.0f);  // position 3: block 2, row 3
+  EXPECT_EQ(fp16_to_fp32(at(0, kv.k_offset(1), 0)[3]), 8.0f);  // position 4: block 0, row 0
+  EXPECT_EQ(fp16_to_fp32(at(0, kv.v_offset(1), 0)[3]), -8.0f);
+}
+
+TEST(KvCache, PoolRejectsBadShapes) {
+  CpuBackend be;
+  EXPECT_FALSE(BlockPool::create({0, 3, 64, 16, 10, DType::F16}, be).ok());
+  EXPECT_FALSE(BlockPool::create({2, 3, 64, 16, 0, DType::F16}, be).ok());
+  EXPECT_FALSE(BlockPool::create({2, 3, 64, 16, 10, DType::Q4_0}, be).ok());
+  EXPECT_FALSE(BlockPool::create({2, 3, 48, 16, 10, DType::Q8_0}, be).ok());  // 48: not whole q8_0 blocks
+  // An absurd pool is an error naming the bytes, never a crash.
+  auto huge = BlockPool::create({80, 8, 128, 16, int64_t(1) << 40, DType::F16}, be);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message.find("bytes"), std::string::npos) << huge.error().message;
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
+#include "kv/kv_planner.h"
 #include "model/llama_model.h"
+#include "test_sequence.h"
 #include "tiny_model.h"
 
 namespace tandem {
@@ -17,12 +19,11 @@ namespace {
 
 using test::TinyShape;
 
-std::unique_ptr<LlamaModel> tiny(const TinyShape& s, cpu::Isa isa = cpu::best_isa(), int64_t chunk = 512) {
+std::unique_ptr<LlamaModel> tiny(const TinyShape& s, cpu::Isa isa = cpu::best_isa()) {
   auto f = test::tiny_model_file(s);
   if (!f) return nullptr;
   ModelOptions o;
   o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{isa});
-  o.max_prefill_chunk = chunk;
   auto m = LlamaModel::from_gguf(std::move(f), o);
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m.value()) : nullptr;
@@ -46,22 +47,21 @@ TEST_P(ModelPaths, PrefillEqualsDecodeEqualsNoCache) {
     auto m = tiny(s, isa);
     ASSERT_NE(m, nullptr);
     const int64_t V = m->config().n_vocab, T = (int64_t)kTokens.size();
-    auto kv = m->new_kv_cache(T, DType::F32);
-    ASSERT_TRUE(kv.ok());
-    auto pre = m->prefill(kv.value(), kTokens, true);
+    test::OneSequence kv(*m, T, DType::F32);
+    auto pre = kv.prefill(kTokens, true);
     ASSERT_TRUE(pre.ok()) << pre.error().message;
     const std::vector<float> prefill(pre->begin(), pre->end());
-    EXPECT_EQ(kv->size(), T);
+    EXPECT_EQ(kv.size(), T);
 
-    auto kv2 = m->new_kv_cache(T, DType::F32);
+    test::OneSequence kv2(*m, T, DType::F32);
     for (int64_t t = 0; t < T; t++) {
-      auto dec = m->decode(kv2.value(), kTokens[t]);
+      auto dec = kv2.decode(kTokens[t]);
       ASSERT_TRUE(dec.ok()) << dec.error().message;
       const std::span<const float> row(prefill.data() + t * V, V);
       EXPECT_LT(max_abs_diff(*dec, row), 2e-4f) << dtype_name(s.weight_type) << " " << cpu::isa_name(isa) << " position " << t;
-      auto naive = m->forward_no_cache(std::span<const int32_t>(kTokens.data(), t + 1), DType::F32);
-      ASSERT_TRUE(naive.ok());
-      EXPECT_LT(max_abs_diff(*naive, row), 2e-4f) << dtype_name(s.weight_type) << " naive, position " << t;
+      const auto naive = test::no_cache_logits(*m, std::span<const int32_t>(kTokens.data(), t + 1), DType::F32);
+      ASSERT_EQ(naive.size(), (size_t)V);
+      EXPECT_LT(max_abs_diff(naive, row), 2e-4f) << dtype_name(s.weight_type) << " naive, position " << t;
     }
   }
 }
@@ -76,21 +76,20 @@ TEST(Model, ScalarAndSimdKernelsAgree) {
   s.weight_type = DType::Q4_1;
   auto scalar = tiny(s, cpu::Isa::Scalar);
   auto best = tiny(s, cpu::best_isa());
-  auto kv1 = scalar->new_kv_cache(16), kv2 = best->new_kv_cache(16);
-  auto a = scalar->prefill(kv1.value(), kTokens, true);
+  test::OneSequence kv1(*scalar, 16), kv2(*best, 16);
+  auto a = kv1.prefill(kTokens, true);
   const std::vector<float> av(a->begin(), a->end());
-  auto b = best->prefill(kv2.value(), kTokens, true);
+  auto b = kv2.prefill(kTokens, true);
   EXPECT_LT(max_abs_diff(av, *b), 1e-3f);
 }
 
 TEST(Model, ChunkedPrefillEqualsOnePass) {
   TinyShape s;
-  auto whole = tiny(s);
-  auto chunked = tiny(s, cpu::best_isa(), 5);
-  auto kv1 = whole->new_kv_cache(16), kv2 = chunked->new_kv_cache(16);
-  auto a = whole->prefill(kv1.value(), kTokens, true);
+  auto m = tiny(s);
+  test::OneSequence kv1(*m, 16), kv2(*m, 16, DType::F16, 5);  // the second in passes of 5 tokens
+  auto a = kv1.prefill(kTokens, true);
   const std::vector<float> av(a->begin(), a->end());
-  auto b = chunked->prefill(kv2.value(), kTokens, true);
+  auto b = kv2.prefill(kTokens, true);
   ASSERT_TRUE(b.ok());
   EXPECT_LT(max_abs_diff(av, *b), 1e-5f);
 }
@@ -106,19 +105,23 @@ TEST(Model, TiedOutputUsesTokenEmbedding) {
 
 TEST(Model, BadInputIsAnErrorNotACrash) {
   auto m = tiny(TinyShape{});
-  auto kv = m->new_kv_cache(4);
-  auto r = m->prefill(kv.value(), std::vector<int32_t>{1, 2, 999});
+  test::OneSequence kv(*m, 4, DType::F16, 512, 4);  // one block of 4 positions
+  auto r = kv.prefill(std::vector<int32_t>{1, 2, 999});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("outside the vocabulary"), std::string::npos) << r.error().message;
-  r = m->prefill(kv.value(), std::vector<int32_t>{1, 2, 3, 4, 5});
+  EXPECT_EQ(kv.size(), 0);  // nothing half-written
+  r = kv.prefill(std::vector<int32_t>{1, 2, 3, 4, 5});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("does not fit"), std::string::npos) << r.error().message;
-  EXPECT_EQ(kv->size(), 0);  // nothing half-written
-  ASSERT_TRUE(m->prefill(kv.value(), std::vector<int32_t>{1, 2, 3, 4}).ok());
-  auto d = m->decode(kv.value(), 5);
+  EXPECT_NE(r.error().message.find("do not fit"), std::string::npos) << r.error().message;
+  EXPECT_EQ(kv.size(), 0);
+  ASSERT_TRUE(kv.prefill(std::vector<int32_t>{1, 2, 3, 4}).ok());
+  auto d = kv.decode(5);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.error().message.find("context full"), std::string::npos);
-  EXPECT_FALSE(m->prefill(kv.value(), std::vector<int32_t>{}).ok());
+  EXPECT_NE(d.error().message.find("do not fit"), std::string::npos) << d.error().message;
+  EXPECT_FALSE(kv.prefill(std::vector<int32_t>{}).ok());
+  // A position past the model's context is refused even where the pool has room.
+  test::OneSequence big(*m, 80);
+  EXPECT_FALSE(big.prefill(std::vector<int32_t>(65, 3)).ok());
 }
 
 TEST(Model, LoaderNamesWhatIsWrong) {
@@ -217,24 +220,32 @@ TEST(Model, GreedyGenerationSameWithAndWithoutCache) {
   EXPECT_EQ(cached.size(), 24u);
   EXPECT_EQ(cached, naive);
   EXPECT_EQ(a->n_decode_steps, 23);
-  EXPECT_EQ(a->kv_bytes, kv_cache_bytes(2, 2, 3 + 24, 16, 2));
-  EXPECT_EQ(b->kv_bytes, 0u);
+  // 3 + 24 positions and one more for the scheduler's admission, in blocks of 16.
+  EXPECT_EQ(a->kv_bytes, kv_cache_bytes(2, 2, 32, 16, 2));
+  EXPECT_EQ(a->kv_tokens, 32);
+  EXPECT_EQ(b->kv_bytes, a->kv_bytes);  // naive mode's scratch blocks
 }
 
+// A chat's next turn: the Generator's pool persists, and the prefix cache hands the earlier
+// turn's full blocks (prompt and generated tokens alike) to the next prompt that starts with
+// them. The partial last block is recomputed; the answer is the same as from scratch.
 TEST(Model, MultiTurnReusesTheCachedPrefix) {
-  auto m = tiny(TinyShape{});
-  Generator gen(*m);
-  const GenerationConfig cfg = greedy(4);
-  auto kv = m->new_kv_cache(64);
-  std::vector<int32_t> history;
-  auto noop = [](int32_t) { return true; };
-  auto first = gen.generate_in(kv.value(), history, {3, 4, 5, 6}, cfg, noop);
-  ASSERT_TRUE(first.ok());
-  std::vector<int32_t> second_prompt = history;
+  auto m = tiny(TinyShape{});  // context 64
+  Generator gen(*m, 64);
+  const GenerationConfig cfg = greedy(8);
+  std::vector<int32_t> history = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+  auto first = gen.generate(history, cfg, [&](int32_t t) { return history.push_back(t), true; });
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->n_reused, 0);
+  std::vector<int32_t> second_prompt = history;  // 28 tokens: 27 of them computed, one full block
   second_prompt.insert(second_prompt.end(), {9, 10});
-  auto second = gen.generate_in(kv.value(), history, second_prompt, cfg, noop);
-  ASSERT_TRUE(second.ok());
-  EXPECT_EQ(second->n_reused, (int)second_prompt.size() - 2);
+  std::vector<int32_t> cached_answer, fresh_answer;
+  auto second = gen.generate(second_prompt, cfg, [&](int32_t t) { return cached_answer.push_back(t), true; });
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_EQ(second->n_reused, 16);
+  Generator fresh(*m);
+  ASSERT_TRUE(fresh.generate(second_prompt, cfg, [&](int32_t t) { return fresh_answer.push_back(t), true; }).ok());
+  EXPECT_EQ(cached_answer, fresh_answer);
 }
 
 TEST(Model, GenerationRejectsAbsurdRequests) {
@@ -252,7 +263,7 @@ TEST(Model, GenerationRejectsAbsurdRequests) {
   int n = 0;
   auto r = gen.generate({1, 2}, cfg, [&](int32_t) { return ++n, true; });
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ(n, 63);  // 62 decode steps fill the 64 positions; the last token needs no slot
+  EXPECT_EQ(n, 62);  // prompt and generated tokens fill the 64 positions of the context, as serve's
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "core/units.h"
 #include "engine/phase_cost.h"
 #include "kernels/cpu/probe.h"
+#include "kv/block_pool.h"
 #include "kv/kv_planner.h"
 #include "model/llama_model.h"
 #include "tiny_model.h"
@@ -61,16 +62,30 @@ TEST(KvPlanner, BlockTypesAndBudgets) {
   EXPECT_FALSE(dtype_from_name("q9").ok());
 }
 
+// What `tandem kv` plans for each --kv-dtype is what the engine's KV pool allocates (the pool
+// every command uses), byte for byte: q8_0 counts its 34-byte blocks of 32 elements.
 TEST(KvPlanner, EqualsWhatTheEngineAllocates) {
   test::TinyShape s;
+  s.n_embd = 128;  // head_dim 32: one q8_0 block per head
   auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
   ASSERT_TRUE(m.ok()) << m.error().message;
   const LlamaConfig& c = m.value()->config();
-  for (DType dt : {DType::F16, DType::F32}) {
-    auto kv = m.value()->new_kv_cache(48, dt);
-    ASSERT_TRUE(kv.ok());
-    EXPECT_EQ(plan(c.n_layer, c.n_kv_head, c.head_dim, 48, dt).bytes_per_sequence, kv->allocated_bytes());
+  ASSERT_EQ(c.head_dim, 32);
+  for (DType dt : {DType::F16, DType::F32, DType::Q8_0}) {
+    auto pool = m.value()->new_kv_pool(3, dt, 16);  // 48 positions
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    EXPECT_EQ(plan(c.n_layer, c.n_kv_head, c.head_dim, 48, dt).bytes_per_sequence, pool.value()->bytes()) << dtype_name(dt);
+    EXPECT_EQ(BlockPool::blocks_for_bytes(pool.value()->shape(), pool.value()->bytes()), 3);
   }
+  EXPECT_EQ(plan(c.n_layer, c.n_kv_head, c.head_dim, 48, DType::Q8_0).bytes_per_sequence * 32,
+            plan(c.n_layer, c.n_kv_head, c.head_dim, 48, DType::F16).bytes_per_sequence * 17);  // 34/32 vs 2 bytes
+  // A head that is not a whole number of q8_0 blocks is refused, naming why.
+  auto small = LlamaModel::from_gguf(test::tiny_model_file(test::TinyShape{}));  // head_dim 16
+  ASSERT_TRUE(small.ok());
+  auto bad = small.value()->new_kv_pool(3, DType::Q8_0, 16);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("multiple of 32"), std::string::npos) << bad.error().message;
+  EXPECT_FALSE(small.value()->new_kv_pool(3, DType::Q4_0, 16).ok());
 }
 
 TEST(Units, ParseAndFormatSizes) {

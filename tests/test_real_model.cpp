@@ -9,6 +9,7 @@
 #include "engine/generator.h"
 #include "model/llama_model.h"
 #include "test_paths.h"
+#include "test_sequence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -42,13 +43,13 @@ TEST(RealModel, PrefillDecodeAndNoCacheAgreeOn64Tokens) {
       true, false);
   toks.resize(64, 13);
   const int64_t V = l.model->config().n_vocab;
-  auto kv = l.model->new_kv_cache(64);
-  auto pre = l.model->prefill(kv.value(), toks, true);
+  test::OneSequence kv(*l.model, 64);
+  auto pre = kv.prefill(toks, true);
   ASSERT_TRUE(pre.ok());
   const std::vector<float> prefill(pre->begin(), pre->end());
-  auto kv2 = l.model->new_kv_cache(64);
+  test::OneSequence kv2(*l.model, 64);
   for (int t = 0; t < 64; t++) {
-    auto d = l.model->decode(kv2.value(), toks[t]);
+    auto d = kv2.decode(toks[t]);
     ASSERT_TRUE(d.ok());
     float diff = 0;
     for (int64_t i = 0; i < V; i++) diff = std::max(diff, std::fabs((*d)[i] - prefill[t * V + i]));
@@ -57,10 +58,10 @@ TEST(RealModel, PrefillDecodeAndNoCacheAgreeOn64Tokens) {
     EXPECT_LT(diff, 2e-2f) << "position " << t;
     EXPECT_EQ(Sampler::argmax(*d), Sampler::argmax(std::span<const float>(prefill.data() + t * V, V)));
   }
-  auto naive = l.model->forward_no_cache(toks);
-  ASSERT_TRUE(naive.ok());
+  const auto naive = test::no_cache_logits(*l.model, toks);
+  ASSERT_EQ(naive.size(), (size_t)V);
   float diff = 0;
-  for (int64_t i = 0; i < V; i++) diff = std::max(diff, std::fabs((*naive)[i] - prefill[63 * V + i]));
+  for (int64_t i = 0; i < V; i++) diff = std::max(diff, std::fabs(naive[i] - prefill[63 * V + i]));
   EXPECT_LT(diff, 2e-2f);
 }
 
@@ -83,8 +84,8 @@ TEST(RealModel, GreedyAgreesWithPeerAtEveryStep) {
     const auto ids = l.tok->encode(prompt, true, true);
     const auto peer = l.tok->encode(cont, false, false);
     ASSERT_EQ(l.tok->decode(peer), cont);
-    auto kv = l.model->new_kv_cache((int64_t)(ids.size() + peer.size()));
-    auto logits = l.model->prefill(kv.value(), ids);
+    test::OneSequence kv(*l.model, (int64_t)(ids.size() + peer.size()));
+    auto logits = kv.prefill(ids);
     ASSERT_TRUE(logits.ok());
     for (size_t i = 0; i < peer.size(); i++) {
       const int32_t mine = Sampler::argmax(*logits);
@@ -95,7 +96,7 @@ TEST(RealModel, GreedyAgreesWithPeerAtEveryStep) {
       if (mine != peer[i]) std::printf("DIFF step %zu peer %s mine %s gap %f\n", i, l.tok->token_to_piece(peer[i]).c_str(), l.tok->token_to_piece(mine).c_str(), gap);
       exact += mine == peer[i];
       steps++;
-      logits = l.model->decode(kv.value(), peer[i]);
+      logits = kv.decode(peer[i]);
       ASSERT_TRUE(logits.ok());
     }
   }

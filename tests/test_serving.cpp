@@ -1,6 +1,6 @@
 // The paged KV cache, the batched multi-sequence forward pass and the continuous-batching
 // scheduler, on tiny in-memory models: every sequence served in a shared batch must produce
-// exactly what it produces alone through the contiguous cache.
+// exactly what it produces alone (its own pool, one sequence).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +11,9 @@
 #include "engine/scheduler.h"
 #include "kv/block_pool.h"
 #include "kv/siphash.h"
+#include "backend/cpu/cpu_backend.h"
 #include "model/llama_model.h"
+#include "test_sequence.h"
 #include "tiny_model.h"
 
 namespace tandem {
@@ -26,16 +28,22 @@ std::unique_ptr<LlamaModel> tiny_model(DType wt = DType::Q8_0) {
   return m.ok() ? std::move(m.value()) : nullptr;
 }
 
+// The pools of the bookkeeping tests below hold their KV in host memory.
+Backend& host() {
+  static CpuBackend be;
+  return be;
+}
+
 std::unique_ptr<BlockPool> pool_for(const LlamaModel& m, int64_t blocks, int block_tokens = 4) {
   BlockPoolShape s{m.config().n_layer, m.config().n_kv_head, m.config().head_dim, block_tokens, blocks, DType::F16};
-  auto p = BlockPool::create(s);
+  auto p = BlockPool::create(s, host());
   EXPECT_TRUE(p.ok()) << p.error().message;
   return p.ok() ? std::move(p.value()) : nullptr;
 }
 
 TEST(BlockPool, RefCountsPrefixCacheAndLruEviction) {
   BlockPoolShape s{2, 2, 8, 4, 3, DType::F16};
-  auto p = BlockPool::create(s);
+  auto p = BlockPool::create(s, host());
   ASSERT_TRUE(p.ok());
   BlockPool& pool = *p.value();
   EXPECT_EQ(pool.bytes(), 2ull * 2 * 2 * (4 * 3) * 8 * 2);  // the seed's formula for 12 tokens
@@ -75,7 +83,7 @@ TEST(BlockPool, PrefixHashIsKeyedSipHash) {
   EXPECT_EQ(siphash24(key, msg, 15), 0xa129ca6149be45e5ull);
   EXPECT_EQ(siphash24(key, msg, 0), 0x726fdb47dd0e0e31ull);
   BlockPoolShape s{1, 1, 4, 4, 2, DType::F16};
-  auto p1 = BlockPool::create(s), p2 = BlockPool::create(s);
+  auto p1 = BlockPool::create(s, host()), p2 = BlockPool::create(s, host());
   ASSERT_TRUE(p1.ok() && p2.ok());
   const std::vector<int32_t> toks = {7, 8, 9, 10};
   EXPECT_EQ(p1.value()->chain_hash(0, toks), p1.value()->chain_hash(0, toks));
@@ -87,7 +95,7 @@ uint64_t first_token_hash(uint64_t, std::span<const int32_t> tokens) { return 10
 
 TEST(BlockPool, ForcedHashCollisionsAreMisses) {
   BlockPoolShape s{1, 1, 4, 4, 4, DType::F16};
-  auto p = BlockPool::create(s, first_token_hash);
+  auto p = BlockPool::create(s, host(), first_token_hash);
   ASSERT_TRUE(p.ok());
   BlockPool& pool = *p.value();
   const std::vector<int32_t> x = {1, 2, 3, 4}, y = {5, 6, 7, 8}, x2 = {1, 9, 9, 9}, z = {2, 2, 2, 2};
@@ -132,7 +140,7 @@ TEST(BlockPool, ForcedHashCollisionsAreMisses) {
 // verified, so the blocks published after it can still be found through the first copy.
 TEST(BlockPool, DuplicatePrefixesShareTheirIdentity) {
   BlockPoolShape s{1, 1, 4, 4, 4, DType::F16};
-  auto p = BlockPool::create(s);
+  auto p = BlockPool::create(s, host());
   ASSERT_TRUE(p.ok());
   BlockPool& pool = *p.value();
   const std::vector<int32_t> x = {1, 2, 3, 4}, y = {5, 6, 7, 8};
@@ -155,14 +163,14 @@ TEST(ForwardBatch, EqualsEachSequenceAlone) {
   auto pool = pool_for(*m, 32);
   const std::vector<std::vector<int32_t>> prompts = {{5, 17, 3, 88, 42, 42, 7}, {1, 60, 33}, {9, 9, 21, 4, 70, 11, 2, 8, 13, 50}};
   const int64_t V = m->config().n_vocab;
-  // Alone: contiguous cache, prefill then one decode step.
+  // Alone: its own pool, prefill then one decode step.
   std::vector<std::vector<float>> alone_prefill, alone_decode;
   for (const auto& p : prompts) {
-    auto kv = m->new_kv_cache(32, DType::F16);
-    auto r = m->prefill(kv.value(), p);
+    test::OneSequence kv(*m, 32);
+    auto r = kv.prefill(p);
     ASSERT_TRUE(r.ok());
     alone_prefill.emplace_back(r->begin(), r->end());
-    auto d = m->decode(kv.value(), 77);
+    auto d = kv.decode(77);
     alone_decode.emplace_back(d->begin(), d->end());
   }
   // Together: one batch with every prompt (logits at each last token), then one batch decoding all.
@@ -189,8 +197,9 @@ TEST(ForwardBatch, EqualsEachSequenceAlone) {
 }
 
 // Past one attention segment (256 keys), with a head size the SIMD attention kernels take (64):
-// a 300-token prompt and a short one, prefilled and decoded together through the block pool,
-// give exactly the logits each gives alone through its contiguous cache; and the decode step
+// a 300-token prompt and a short one, prefilled and decoded together through one block pool,
+// give exactly the logits each gives alone in a pool of its own, whose single block holds the
+// whole context (no table lookups inside it); and the decode step
 // (its row's segments split over threads) equals prefilling that token with the prompt (the
 // row's segments on one thread).
 TEST(ForwardBatch, LongSequenceEqualsAloneAcrossAttentionSegments) {
@@ -206,18 +215,18 @@ TEST(ForwardBatch, LongSequenceEqualsAloneAcrossAttentionSegments) {
   const int64_t V = m.config().n_vocab;
   std::vector<std::vector<float>> alone_prefill, alone_decode;
   for (const auto& p : prompts) {
-    auto kv = m.new_kv_cache(320, DType::F16);
-    auto r = m.prefill(kv.value(), p);
+    test::OneSequence kv(m, 320, DType::F16, 512, 320);
+    auto r = kv.prefill(p);
     ASSERT_TRUE(r.ok());
     alone_prefill.emplace_back(r->begin(), r->end());
-    auto d = m.decode(kv.value(), 42);
+    auto d = kv.decode(42);
     ASSERT_TRUE(d.ok());
     alone_decode.emplace_back(d->begin(), d->end());
   }
   std::vector<int32_t> with_next = long_prompt;
   with_next.push_back(42);
-  auto kv = m.new_kv_cache(320, DType::F16);
-  auto once = m.prefill(kv.value(), with_next);
+  test::OneSequence kv(m, 320, DType::F16, 512, 320);
+  auto once = kv.prefill(with_next);
   ASSERT_TRUE(once.ok());
   for (int64_t v = 0; v < V; v++) ASSERT_EQ((*once)[v], alone_decode[0][v]) << "decode step vs one prefill";
   auto pool = pool_for(m, 96, 16);
@@ -239,7 +248,7 @@ TEST(ForwardBatch, LongSequenceEqualsAloneAcrossAttentionSegments) {
     for (int64_t v = 0; v < V; v++) ASSERT_EQ((*dec)[s * V + v], alone_decode[s][v]) << "sequence " << s;
 }
 
-// Greedy continuation of a prompt, one sequence at a time through the contiguous cache.
+// Greedy continuation of a prompt, one request alone (Generator: a scheduler of one).
 std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int n) {
   GenerationConfig cfg;
   cfg.max_new_tokens = n;
@@ -385,7 +394,7 @@ TEST(Scheduler, PrefixCacheCollisionsDoNotShareKv) {
   auto m = tiny_model();
   ASSERT_NE(m, nullptr);
   BlockPoolShape ps{m->config().n_layer, m->config().n_kv_head, m->config().head_dim, 4, 64, DType::F16};
-  auto pool = BlockPool::create(ps, first_token_hash);
+  auto pool = BlockPool::create(ps, m->backend(), first_token_hash);
   ASSERT_TRUE(pool.ok());
   Scheduler sched(*m, *pool.value());
   Collected c;
@@ -516,14 +525,12 @@ TEST(Scheduler, TopLogprobsAreTheMostLikelyTokens) {
   run_all(sched);
   EXPECT_FALSE(plain_has_top);
   ASSERT_EQ(events.size(), 3u);
-  // The reference: logits of the same prefix through the contiguous cache, softmax here.
+  // The reference: logits of the same prefix computed afresh, softmax here.
   std::vector<int32_t> seen = r.prompt;
   for (const SeqEvent& e : events) {
-    auto logits = m->forward_no_cache(seen);
-    ASSERT_TRUE(logits.ok()) << logits.error().message;
+    const std::vector<float> row = test::no_cache_logits(*m, seen);
     const size_t V = (size_t)m->config().n_vocab;
-    ASSERT_EQ(logits.value().size(), V);  // the last position's
-    std::vector<float> row(logits.value().begin(), logits.value().end());
+    ASSERT_EQ(row.size(), V);  // the last position's
     double mx = *std::max_element(row.begin(), row.end()), sum = 0;
     for (float x : row) sum += std::exp((double)x - mx);
     std::vector<std::pair<double, int32_t>> ref;
