@@ -150,9 +150,10 @@ Command add_serve_command(CLI::App& app) {
     if (!st.ok()) return fail(st.error().message);
     fmt::print(stderr,
                "tandem serve: {} on http://{}:{} ; KV pool {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x "
-               "2 bytes, {} blocks of {} tokens\n",
+               "{} bytes ({}), {} blocks of {} tokens\n",
                opts.model_name, opts.host, http.port(), pool.value()->bytes(), format_bytes((double)pool.value()->bytes()),
-               c.n_layer, c.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, ps.n_blocks, ps.block_tokens);
+               c.n_layer, c.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype,
+               ps.n_blocks, ps.block_tokens);
     std::fflush(stderr);
     http.start();
     int sig = 0;
