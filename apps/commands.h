@@ -19,5 +19,6 @@ Command add_kv_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_perplexity_command(CLI::App& app);
 
 }  // namespace tandem::apps

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(tandem::apps::add_explain_command);
   add(tandem::apps::add_bench_command);
   add(tandem::apps::add_serve_command);
+  add(tandem::apps::add_perplexity_command);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();
