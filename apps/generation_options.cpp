@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "apps/common.h"
+#include "core/timer.h"
 #include "gguf/gguf_file.h"
 
 namespace tandem::apps {
@@ -67,6 +68,17 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   if (!backend.ok()) return backend.error();
   ModelOptions mo;
   mo.backend = backend.value();
+  // A bar on stderr once loading has taken a second (a 135M model loads in a fraction).
+  Timer t;
+  bool shown = false;
+  mo.on_load_progress = [&](int done, int total) {
+    if (!shown && t.seconds() < 1.0) return;
+    shown = true;
+    const int width = 30, filled = width * done / total;
+    fmt::print(stderr, "\rloading {} [{}{}] {}/{} layers, {:.1f} s", o.model, std::string((size_t)filled, '#'),
+               std::string((size_t)(width - filled), '.'), done, total, t.seconds());
+    if (done == total) fmt::print(stderr, "\n");
+  };
   auto m = LlamaModel::load(o.model, mo);
   if (!m.ok()) return m.error();
   auto tok = Tokenizer::from_gguf(m.value()->gguf());

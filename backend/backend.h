@@ -55,6 +55,9 @@ struct Weight {
   int64_t rows = 0, cols = 0;
   uint64_t bytes = 0;                // bytes as stored in the file: what a product streams
   std::shared_ptr<const void> impl;  // the backend's own form
+  // The backend still reads the source's bytes (false: it made its own copy, repacked or on
+  // the device, so the file's pages of this tensor can be released).
+  bool reads_source = true;
 };
 
 // One weight applied to an input shared by its group: out [n, w->rows] = in [n, w->cols] W^T

@@ -165,6 +165,13 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   return f;
 }
 
+void GgufFile::release_pages(const uint8_t* p, size_t n) const {
+  if (!mapping_ || p < base_ || p + n > base_ + size_) return;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + n) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::from_bytes(const uint8_t* data, size_t size) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->source_ = "<memory>";

@@ -52,6 +52,11 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(std::string_view name) const;
 
+  // Drops the resident pages of [p, p + n) of a mapped file (whole pages inside the range):
+  // for tensors the engine has copied (repacked, uploaded), so the model is not resident
+  // twice. Reading them again faults them back in from the file. A no-op for in-memory files.
+  void release_pages(const uint8_t* p, size_t n) const;
+
   // Typed metadata access. Missing key -> nullopt; present with the wrong type -> error.
   Result<std::optional<uint64_t>> get_uint(std::string_view key) const;
   Result<std::optional<double>> get_float(std::string_view key) const;

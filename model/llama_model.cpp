@@ -19,7 +19,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_gguf(std::unique_ptr<GgufFi
   auto cfg = LlamaConfig::from_gguf(*file);
   if (!cfg.ok()) return cfg.error();
   m->config_ = std::move(cfg.value());
-  auto w = LlamaWeights::from_gguf(*file, m->config_, *m->backend_);
+  auto w = LlamaWeights::from_gguf(*file, m->config_, *m->backend_, opts.on_load_progress);
   if (!w.ok()) return w.error();
   m->weights_ = std::move(w.value());
   m->file_ = std::move(file);

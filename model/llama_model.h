@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@ namespace tandem {
 
 struct ModelOptions {
   std::shared_ptr<Backend> backend;  // null: default_backend() (the CPU, every core)
+  std::function<void(int, int)> on_load_progress;  // (layers prepared, layers), while loading
 };
 
 class BlockPool;

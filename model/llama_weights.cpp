@@ -17,14 +17,24 @@ WeightSource source(const GgufTensor& t, const std::string& name, int64_t rows, 
 }
 
 // `products`: the matrix multiplies activations (an untied token embedding only has rows looked
-// up, so the backend need not prepare it for products).
+// up, so the backend need not prepare it for products). When the backend made its own copy,
+// the file's pages are dropped: a tied embedding's rows that embed() still reads from the file
+// fault back in one row at a time, as tokens need them. Pages are dropped at once (so
+// loading never holds the whole file) and again once every tensor is prepared (`release`),
+// since reading a neighbouring tensor (a norm) maps pages around it back in (fault-around).
+using Ranges = std::vector<std::pair<const uint8_t*, size_t>>;
 Result<Weight> matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols, Backend& b,
-                      bool products = true) {
+                      Ranges& release, bool products = true) {
   const GgufTensor* t = f.find_tensor(name);
   if (!t) return make_error("missing tensor {}", name);
   if (t->dims.size() != 2 || (int64_t)t->dims[0] != cols || (int64_t)t->dims[1] != rows)
     return make_error("tensor {} has shape {}, expected [{}, {}]", name, dims_str(t->dims), cols, rows);
-  return b.prepare_weight(source(*t, name, rows, cols), products);
+  auto w = b.prepare_weight(source(*t, name, rows, cols), products);
+  if (w.ok() && !w->reads_source) {
+    release.emplace_back(t->data, (size_t)rows * t->row_size());
+    f.release_pages(t->data, release.back().second);
+  }
+  return w;
 }
 
 Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Backend& b) {
@@ -45,20 +55,22 @@ uint64_t LlamaWeights::bytes_per_token() const {
   return b;
 }
 
-Result<LlamaWeights> LlamaWeights::from_gguf(const GgufFile& f, const LlamaConfig& c, Backend& k) {
+Result<LlamaWeights> LlamaWeights::from_gguf(const GgufFile& f, const LlamaConfig& c, Backend& k,
+                                             const std::function<void(int, int)>& progress) {
   LlamaWeights w;
+  Ranges release;
 #define TANDEM_ASSIGN(dst, expr)          \
   do {                                    \
     auto r_ = (expr);                     \
     if (!r_.ok()) return r_.error();      \
     dst = std::move(r_.value());          \
   } while (0)
-  TANDEM_ASSIGN(w.token_embd, matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, c.tied_output));
+  TANDEM_ASSIGN(w.token_embd, matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, release, c.tied_output));
   TANDEM_ASSIGN(w.output_norm, vector(f, "output_norm.weight", c.n_embd, k));
   if (c.tied_output)
     w.output = w.token_embd;
   else
-    TANDEM_ASSIGN(w.output, matrix(f, "output.weight", c.n_vocab, c.n_embd, k));
+    TANDEM_ASSIGN(w.output, matrix(f, "output.weight", c.n_vocab, c.n_embd, k, release));
   if (f.find_tensor("rope_freqs.weight")) {
     Tensor freqs;
     TANDEM_ASSIGN(freqs, vector(f, "rope_freqs.weight", c.rope_dim / 2, k));
@@ -74,16 +86,18 @@ Result<LlamaWeights> LlamaWeights::from_gguf(const GgufFile& f, const LlamaConfi
     const std::string p = "blk." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
     TANDEM_ASSIGN(l.attn_norm, vector(f, p + "attn_norm.weight", c.n_embd, k));
-    TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k));
-    TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k));
-    TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k));
-    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k));
+    TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k, release));
+    TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k, release));
+    TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k, release));
+    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release));
     TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
-    TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k));
-    TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k));
-    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k));
+    TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release));
+    TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release));
+    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release));
+    if (progress) progress(i + 1, c.n_layer);
   }
 #undef TANDEM_ASSIGN
+  for (const auto& [p, n] : release) f.release_pages(p, n);
   return w;
 }
 

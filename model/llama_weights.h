@@ -1,8 +1,10 @@
 // A Llama model's weights, prepared by the backend from the mapped GGUF file (the backend
 // decides their form: the CPU's repack products' matrices into 16-row groups; the small norm
-// vectors are decoded to float).
+// vectors are decoded to float). A matrix the backend copied no longer needs the file's pages:
+// they are released, so the model is not resident twice (mapped and repacked).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -34,7 +36,9 @@ struct LlamaWeights {
   // Bytes of weights a decode step reads (every matrix once, plus the norms).
   uint64_t bytes_per_token() const;
 
-  static Result<LlamaWeights> from_gguf(const GgufFile& f, const LlamaConfig& c, Backend& backend);
+  // progress(done, total) after each layer, when set.
+  static Result<LlamaWeights> from_gguf(const GgufFile& f, const LlamaConfig& c, Backend& backend,
+                                        const std::function<void(int, int)>& progress = {});
 };
 
 }  // namespace tandem

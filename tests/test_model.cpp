@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
@@ -264,6 +265,56 @@ TEST(Model, GenerationRejectsAbsurdRequests) {
   auto r = gen.generate({1, 2}, cfg, [&](int32_t) { return ++n, true; });
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(n, 62);  // prompt and generated tokens fill the 64 positions of the context, as serve's
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Kilobytes of this process's resident pages mapped from `path` (/proc/self/smaps).
+int64_t resident_kb_of(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_file = false;
+  int64_t kb = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit((unsigned char)line[0]) && line.find('-') < 16) {
+      in_file = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+    } else if (in_file && line.rfind("Rss:", 0) == 0) {
+      kb += std::stoll(line.substr(4));
+    }
+  }
+  return kb;
+}
+
+// After loading, the file's pages of every repacked matrix are released: the model is resident
+// once (repacked), not twice (mapped and repacked). Only what the engine still reads from the
+// file (the token embedding's rows, the norms, the header) stays mapped in.
+TEST(Model, RepackedTensorsDoNotStayMapped) {
+  TinyShape s;
+  s.weight_type = DType::Q4_0;
+  s.n_embd = 256, s.n_ff = 1024, s.n_vocab = 256;
+  const auto bytes = test::tiny_model_bytes(s);
+  const std::string path = ::testing::TempDir() + "tandem_release_pages.gguf";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), (std::streamsize)bytes.size());
+  }
+  auto m = LlamaModel::load(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  uint64_t packed = 0;
+  for (const auto& l : m.value()->weights().layers)
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_FALSE(w->reads_source);
+      packed += w->bytes;
+    }
+  const int64_t resident = resident_kb_of(path) * 1024;
+  // Without the release every byte of the file would be resident (packing reads it all).
+  EXPECT_GT(packed, bytes.size() / 2);
+  EXPECT_LT(resident, (int64_t)(bytes.size() - packed) + 16 * 2 * 4096) << "resident " << resident << " of " << bytes.size();
+  std::remove(path.c_str());
 }
 
 }  // namespace

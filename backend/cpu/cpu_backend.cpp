@@ -86,7 +86,8 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
   if (!src.compute_supported || !w->dot)
     return make_error("tensor {} has type {}, which tandem cannot compute with yet", src.name, dtype_name(src.type));
   if (products) w->pack_for(kernels_);
-  return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w)};
+  const bool reads_source = !w->is_packed();  // products read the packed copy only
+  return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w), reads_source};
 }
 
 Result<Tensor> CpuBackend::prepare_vector(const WeightSource& src) {

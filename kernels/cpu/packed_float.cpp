@@ -21,6 +21,7 @@ std::shared_ptr<uint8_t[]> pack_float_rows(DType t, const uint8_t* data, int64_t
   const size_t gbytes = packed_float_group_bytes(t, cols), total = (size_t)groups * gbytes;
   std::shared_ptr<uint8_t[]> out = allocate_packed(total);
   uint8_t* mem = out.get();
+#pragma omp parallel for schedule(static)  // loading a model is mostly this and pack_rows
   for (int64_t g = 0; g < groups; g++) {
     auto* group = reinterpret_cast<uint16_t*>(mem + g * gbytes);
     for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
