@@ -96,7 +96,7 @@ Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& 
   Series roof{"roof: min(peak, GB/s x I)", {}, "#333"};
   for (int k = 0; k <= 60; k++) {
     const double i = std::pow(10.0, -1.0 + k * 5.0 / 60);
-    roof.points.emplace_back(i, std::min(peaks.flops_per_s, peaks.read_bytes_per_s * i) / 1e9);
+    roof.points.emplace_back(i, std::min(peaks.compute_roof(pp.int8), peaks.read_bytes_per_s * i) / 1e9);
   }
   roof.markers = false;
   Series pre_pts{"prefill (sweep)", {}, kBlue, false}, dec_pts{"decode (sweep)", {}, kOrange, false};
@@ -105,8 +105,8 @@ Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& 
   pre_pts.points.emplace_back(pp.cost.intensity(), pp.flops_per_s() / 1e9);
   dec_pts.points.emplace_back(tg.cost.intensity(), tg.flops_per_s() / 1e9);
   Chart rl{"Roofline: where prefill and decode run",
-           fmt::format("{}; {:.0f} GFLOP/s FMA peak, {:.1f} GB/s read bandwidth, ridge {:.1f} FLOP/byte", model,
-                       peaks.flops_per_s / 1e9, peaks.read_bytes_per_s / 1e9, peaks.ridge()),
+           fmt::format("{}; {:.0f} GFLOP/s {} peak, {:.1f} GB/s read bandwidth, ridge {:.1f} FLOP/byte", model,
+                       peaks.compute_roof(pp.int8) / 1e9, pp.roof_name(), peaks.read_bytes_per_s / 1e9, peaks.ridge(pp.int8)),
            "arithmetic intensity (FLOP/byte)", "GFLOP/s", true, true, {roof, pre_pts, dec_pts}};
   rl.labels.push_back({pp.cost.intensity(), pp.flops_per_s() / 1e9, pp.name, kBlue});
   rl.labels.push_back({tg.cost.intensity(), tg.flops_per_s() / 1e9, tg.name, kOrange});

@@ -68,6 +68,7 @@ Command add_bench_command(CLI::App& app) {
     };
     const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
     const ModelShape shape = ModelShape::of(c, model.weights(), kv_element_bytes(kv));
+    const bool int8 = runs_int8_products(model);
     if (auto w = time_prefill(model, std::min<int64_t>(16, c.n_ctx_train), kv); !w.ok()) return fail(w.error().message);  // warm-up
 
     struct Test {
@@ -86,7 +87,7 @@ Command add_bench_command(CLI::App& app) {
         t.tok_s.push_back(a->p / s.value());
         total += s.value();
       }
-      t.best = {t.name, a->p, total / a->reps, prefill_cost(shape, a->p, a->depth)};
+      t.best = {t.name, a->p, total / a->reps, prefill_cost(shape, a->p, a->depth), int8};
       tests.push_back(t);
     }
     if (a->n > 0) {
@@ -104,8 +105,9 @@ Command add_bench_command(CLI::App& app) {
         total += s.value();
       }
       read_rates.push_back(probe.pass());
-      t.peaks.read_bytes_per_s = cpu::median_rate(read_rates);
-      t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, a->depth)};
+      const cpu::ReadRates rr = cpu::summarize_rates(read_rates);
+      t.peaks.read_bytes_per_s = rr.best, t.peaks.read_median = rr.median, t.peaks.read_min = rr.least;
+      t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, a->depth), int8};
       tests.push_back(t);
     }
     uint64_t file_bytes = 0, params = 0;
@@ -124,6 +126,8 @@ Command add_bench_command(CLI::App& app) {
         const Stat s = stat_of(t.tok_s);
         nlohmann::ordered_json e = phase_json(t.best, t.peaks);
         e["probe_read_gb_s"] = t.peaks.read_bytes_per_s / 1e9;
+        e["probe_read_gb_s_median"] = t.peaks.read_median / 1e9;
+        e["probe_read_gb_s_least"] = t.peaks.read_min / 1e9;
         e["tok_s"] = s.mean;
         e["tok_s_stddev"] = s.sd;
         j[t.name] = e;
@@ -131,20 +135,21 @@ Command add_bench_command(CLI::App& app) {
       j["machine"] = machine_json(peaks);
       fmt::print("{}\n", j.dump(2));
     } else {
-      fmt::print("| model | size | params | backend | threads | test | t/s | GFLOP/s | GB/s | % peak | % BW |\n");
-      fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+      fmt::print("| model | size | params | backend | threads | test | t/s | GFLOP/s | GB/s | % peak | peak of | % BW |\n");
+      fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
-        fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {:.1f}% |\n", name,
+        fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {} | {:.1f}% |\n", name,
                    format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(cpu_backend(model).isa()), a->load.activations,
                    cpu_backend(model).threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
-                   100 * t.best.flops_per_s() / t.peaks.flops_per_s, 100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);
+                   100 * t.best.flops_per_s() / t.best.compute_roof(t.peaks), t.best.roof_name(),
+                   100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);
       }
-      fmt::print("\nmachine: {:.1f} GFLOP/s f32 FMA peak, {:.1f} GB/s read bandwidth ({} threads); ridge {:.1f} FLOP/byte\n",
-                 peaks.flops_per_s / 1e9, peaks.read_bytes_per_s / 1e9, peaks.threads, peaks.ridge());
+      fmt::print("\n{}\n", machine_line(peaks));
       if (a->n > 0)
-        fmt::print("decode's % BW is of {:.1f} GB/s, the median of the probes run between its repetitions\n",
-                   tests.back().peaks.read_bytes_per_s / 1e9);
+        fmt::print("decode's % BW is of {:.1f} GB/s, the best of the probes run between its repetitions (median {:.1f}, least {:.1f})\n",
+                   tests.back().peaks.read_bytes_per_s / 1e9, tests.back().peaks.read_median / 1e9,
+                   tests.back().peaks.read_min / 1e9);
     }
     if (!a->sweep.empty()) {
       PhaseMeasure pp = tests.size() > 0 && a->p > 0 ? tests[0].best : PhaseMeasure{};

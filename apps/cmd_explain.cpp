@@ -45,8 +45,9 @@ Command add_explain_command(CLI::App& app) {
 
     const double kv_elem = kv_element_bytes(cfg.kv_dtype);
     const ModelShape shape = ModelShape::of(model.config(), model.weights(), kv_elem);
-    PhaseMeasure pre{"prefill", st->n_prompt, st->prefill_s, prefill_cost(shape, st->n_prompt)};
-    PhaseMeasure dec{"decode", st->n_decode_steps, st->decode_s, decode_cost(shape, st->n_decode_steps, st->n_prompt)};
+    const bool int8 = runs_int8_products(model);
+    PhaseMeasure pre{"prefill", st->n_prompt, st->prefill_s, prefill_cost(shape, st->n_prompt), int8};
+    PhaseMeasure dec{"decode", st->n_decode_steps, st->decode_s, decode_cost(shape, st->n_decode_steps, st->n_prompt), int8};
     if (a->json) {
       nlohmann::ordered_json j = {{"model", model.config().name},
                                   {"prompt_tokens", st->n_prompt},
@@ -71,7 +72,7 @@ Command add_explain_command(CLI::App& app) {
         "({:.1f}), so it is compute-bound (TTFT {:.1f} ms). Decode puts 1 token through each pass, {:.2f} FLOP per byte,\n"
         "far below the ridge: it waits on memory, and its best possible speed is {:.1f} GB/s / {} per token = {:.0f} tok/s\n"
         "(it reached {:.1f} tok/s, TPOT {:.2f} ms). The KV cache adds {} per token of context to decode's reads.\n",
-        format_bytes(shape.matmul_bytes), wb, std::min<int64_t>(st->n_prompt, 512), pre.cost.intensity(), peaks.ridge(),
+        format_bytes(shape.matmul_bytes), wb, std::min<int64_t>(st->n_prompt, 512), pre.cost.intensity(), peaks.ridge(int8),
         st->ttft_s * 1e3, dec.cost.intensity(), peaks.read_bytes_per_s / 1e9, format_bytes(shape.matmul_bytes),
         peaks.read_bytes_per_s / shape.matmul_bytes, dec.tok_s(), st->tpot_s() * 1e3,
         format_bytes(shape.kv_bytes_per_position));

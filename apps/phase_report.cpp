@@ -5,32 +5,54 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
+
 namespace tandem::apps {
 
+bool runs_int8_products(const LlamaModel& m) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&m.backend());
+  if (!cpu || !cpu->quantized_activations()) return false;
+  const CpuBackend& be = *cpu;
+  uint64_t int8 = 0, all = 0;
+  auto count = [&](const Weight& w) {
+    all += w.bytes;
+    if (be.kernels().quant_dot(w.type)) int8 += w.bytes;
+  };
+  for (const auto& l : m.weights().layers)
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) count(*w);
+  count(m.weights().output);
+  return 2 * int8 > all;
+}
+
 double PhaseMeasure::roof_flops(const cpu::MachinePeaks& m) const {
-  return std::min(m.flops_per_s, m.read_bytes_per_s * cost.intensity());
+  return std::min(compute_roof(m), m.read_bytes_per_s * cost.intensity());
 }
 
 std::string PhaseMeasure::bound_by(const cpu::MachinePeaks& m) const {
-  return cost.intensity() >= m.ridge() ? "compute" : "memory bandwidth";
+  return cost.intensity() >= m.ridge(int8) ? "compute" : "memory bandwidth";
 }
 
 std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::MachinePeaks& m) {
-  std::string o = fmt::format("{:<9} {:>7} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}  {}\n", "phase", "tokens",
-                              "time ms", "tok/s", "GFLOP", "MB read", "FLOP/B", "GFLOP/s", "GB/s", "%peak", "%BW",
-                              "bound by");
+  std::string o = fmt::format("{:<9} {:>7} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}  {:<9} {}\n", "phase",
+                              "tokens", "time ms", "tok/s", "GFLOP", "MB read", "FLOP/B", "GFLOP/s", "GB/s", "%peak", "%BW",
+                              "peak of", "bound by");
   for (const PhaseMeasure& p : phases) {
-    o += fmt::format("{:<9} {:>7} {:>10.2f} {:>9.1f} {:>10.3f} {:>10.1f} {:>9.2f} {:>9.2f} {:>8.2f} {:>7.1f}% {:>7.1f}%  {}\n", p.name,
-                     p.tokens, p.seconds * 1e3, p.tok_s(), p.cost.flops / 1e9, p.cost.bytes() / 1e6, p.cost.intensity(),
-                     p.flops_per_s() / 1e9, p.bytes_per_s() / 1e9, 100 * p.flops_per_s() / m.flops_per_s,
-                     100 * p.bytes_per_s() / m.read_bytes_per_s, p.bound_by(m));
+    o += fmt::format("{:<9} {:>7} {:>10.2f} {:>9.1f} {:>10.3f} {:>10.1f} {:>9.2f} {:>9.2f} {:>8.2f} {:>7.1f}% {:>7.1f}%  {:<9} {}\n",
+                     p.name, p.tokens, p.seconds * 1e3, p.tok_s(), p.cost.flops / 1e9, p.cost.bytes() / 1e6,
+                     p.cost.intensity(), p.flops_per_s() / 1e9, p.bytes_per_s() / 1e9,
+                     100 * p.flops_per_s() / p.compute_roof(m), 100 * p.bytes_per_s() / m.read_bytes_per_s, p.roof_name(),
+                     p.bound_by(m));
   }
-  o += fmt::format(
-      "machine: {:.1f} GFLOP/s peak (f32 FMA probe, {} threads, {}), {:.1f} GB/s read bandwidth (probe over {}); "
-      "ridge point {:.1f} FLOP/byte\n",
-      m.flops_per_s / 1e9, m.threads, cpu::isa_name(m.isa), m.read_bytes_per_s / 1e9, fmt::format("{} MiB", m.probe_bytes >> 20),
-      m.ridge());
+  o += machine_line(m) + "\n";
   return o;
+}
+
+std::string machine_line(const cpu::MachinePeaks& m) {
+  return fmt::format(
+      "machine ({} threads, {}): {:.1f} GFLOP/s f32 FMA, {:.1f} Gop/s int8 dot, {:.1f} GB/s read (best of the probes "
+      "over {} MiB; median {:.1f}, least {:.1f}); ridge {:.1f} FLOP/byte (f32), {:.1f} (int8)",
+      m.threads, cpu::isa_name(m.isa), m.flops_per_s / 1e9, m.int8_ops_per_s / 1e9, m.read_bytes_per_s / 1e9,
+      m.probe_bytes >> 20, m.read_median / 1e9, m.read_min / 1e9, m.ridge(false), m.ridge(true));
 }
 
 nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks& m) {
@@ -44,7 +66,8 @@ nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks
           {"intensity_flop_per_byte", p.cost.intensity()},
           {"gflop_s", p.flops_per_s() / 1e9},
           {"gb_s", p.bytes_per_s() / 1e9},
-          {"pct_peak_flops", 100 * p.flops_per_s() / m.flops_per_s},
+          {"pct_peak_flops", 100 * p.flops_per_s() / p.compute_roof(m)},
+          {"compute_roof", p.roof_name()},
           {"pct_read_bandwidth", 100 * p.bytes_per_s() / m.read_bytes_per_s},
           {"bound_by", p.bound_by(m)}};
 }
@@ -53,8 +76,12 @@ nlohmann::ordered_json machine_json(const cpu::MachinePeaks& m) {
   return {{"threads", m.threads},
           {"isa", std::string(cpu::isa_name(m.isa))},
           {"peak_gflop_s", m.flops_per_s / 1e9},
+          {"peak_int8_gop_s", m.int8_ops_per_s / 1e9},
           {"read_gb_s", m.read_bytes_per_s / 1e9},
-          {"ridge_flop_per_byte", m.ridge()}};
+          {"read_gb_s_median", m.read_median / 1e9},
+          {"read_gb_s_least", m.read_min / 1e9},
+          {"ridge_flop_per_byte", m.ridge(false)},
+          {"ridge_int8_op_per_byte", m.ridge(true)}};
 }
 
 }  // namespace tandem::apps

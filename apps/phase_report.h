@@ -10,6 +10,7 @@
 
 #include "engine/phase_cost.h"
 #include "kernels/cpu/probe.h"
+#include "model/llama_model.h"
 
 namespace tandem::apps {
 
@@ -18,11 +19,15 @@ struct PhaseMeasure {
   int64_t tokens = 0;
   double seconds = 0;
   PhaseCost cost;
+  bool int8 = false;  // its products run 8-bit dot products (8-bit activations, quantized weights)
 
   double tok_s() const { return seconds > 0 ? tokens / seconds : 0; }
   double flops_per_s() const { return seconds > 0 ? cost.flops / seconds : 0; }
   double bytes_per_s() const { return seconds > 0 ? cost.bytes() / seconds : 0; }
-  // The roof at this intensity: min(peak FLOP/s, bandwidth x intensity).
+  // The compute roof of the instructions it runs, and that roof's name.
+  double compute_roof(const cpu::MachinePeaks& m) const { return m.compute_roof(int8); }
+  const char* roof_name() const { return int8 ? "int8 dot" : "f32 FMA"; }
+  // The roof at this intensity: min(compute roof, bandwidth x intensity).
   double roof_flops(const cpu::MachinePeaks& m) const;
   // "compute" when the intensity is past the ridge point, else "memory bandwidth".
   std::string bound_by(const cpu::MachinePeaks& m) const;
@@ -30,6 +35,11 @@ struct PhaseMeasure {
 
 // A fixed-width table of the phases, and the machine's roofs under it.
 std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::MachinePeaks& m);
+// The machine's roofs in one line: both compute roofs, the read roof and its probes' spread.
+std::string machine_line(const cpu::MachinePeaks& m);
+// True when the model's products run 8-bit dot products: 8-bit activations, and most of its
+// weight bytes of a type with such a kernel.
+bool runs_int8_products(const LlamaModel& m);
 nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks& m);
 nlohmann::ordered_json machine_json(const cpu::MachinePeaks& m);
 

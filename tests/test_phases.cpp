@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "apps/bench_runs.h"
+#include "apps/phase_report.h"
+#include "backend/cpu/cpu_backend.h"
 #include "apps/svg_chart.h"
 #include "core/units.h"
 #include "engine/phase_cost.h"
@@ -134,7 +136,7 @@ TEST(Probes, ReturnPlausiblePeaks) {
     EXPECT_GT(f, 1e8) << cpu::isa_name(isa);   // any CPU of this century
     EXPECT_LT(f, 1e13) << cpu::isa_name(isa);  // one core
   }
-  const double bw = cpu::measure_read_bandwidth(1, size_t(16) << 20, 2);
+  const double bw = cpu::measure_read_bandwidth(1, size_t(16) << 20, 2).best;
   EXPECT_GT(bw, 1e8);
   EXPECT_LT(bw, 1e13);
   // A kept probe reads its whole buffer on every pass (what bench runs between decode reps).
@@ -151,6 +153,41 @@ TEST(Probes, MedianRateSkipsFailedPasses) {
   EXPECT_EQ(cpu::median_rate({3e9, 0.0, 1e9, 2e9}), 2e9);  // a pass too short to time reads 0
   EXPECT_EQ(cpu::median_rate({5e9, 4e9}), 5e9);            // even counts take the upper middle
   EXPECT_EQ(cpu::median_rate({}), 0.0);
+  // The read roof is the best pass; the median and the least say how far the passes spread.
+  const cpu::ReadRates r = cpu::summarize_rates({3e9, 0.0, 1e9, 2e9, 7e9});
+  EXPECT_EQ(r.best, 7e9);
+  EXPECT_EQ(r.median, 3e9);
+  EXPECT_EQ(r.least, 1e9);
+}
+
+// Each phase's % of peak is of the roof of the instructions it runs: 8-bit dot products for
+// 8-bit activations against quantized weights (VPDPBUSD does 64 multiply-adds an instruction
+// where a 512-bit FMA does 16, so its roof is several times the f32 one), f32 FMA otherwise.
+TEST(Probe, Int8RoofIsTheRoofOfQuantizedProducts) {
+  const cpu::Isa isa = cpu::best_isa();
+  const double f32 = cpu::measure_peak_flops(isa, 1, 0.05), int8 = cpu::measure_peak_int8_ops(isa, 1, 0.05);
+  EXPECT_GT(f32, 1e8);
+  EXPECT_GT(int8, 1e8);
+  if (cpu::has_avx2(isa)) EXPECT_GT(int8, f32) << cpu::isa_name(isa);
+  cpu::MachinePeaks m;
+  m.flops_per_s = f32, m.int8_ops_per_s = int8, m.read_bytes_per_s = 1e10;
+  EXPECT_EQ(m.compute_roof(true), int8);
+  EXPECT_EQ(m.compute_roof(false), f32);
+  EXPECT_DOUBLE_EQ(m.ridge(true), int8 / 1e10);
+  m.int8_ops_per_s = 0;  // not probed: the float roof
+  EXPECT_EQ(m.compute_roof(true), f32);
+  // Which roof a model's products meet: Q8_0 weights with 8-bit activations run int8 dots;
+  // F16 weights, or exact activations, run f32 FMA.
+  auto model = [](DType wt, bool q8) {
+    test::TinyShape s;
+    s.weight_type = wt;
+    ModelOptions o;
+    o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{cpu::best_isa(), 1, q8});
+    return std::move(LlamaModel::from_gguf(test::tiny_model_file(s), o).value());
+  };
+  EXPECT_TRUE(apps::runs_int8_products(*model(DType::Q8_0, true)));
+  EXPECT_FALSE(apps::runs_int8_products(*model(DType::Q8_0, false)));
+  EXPECT_FALSE(apps::runs_int8_products(*model(DType::F16, true)));
 }
 
 TEST(BenchRuns, FittedExponent) {

@@ -24,6 +24,15 @@ double fma_loop_scalar(long iters, float* sink) {
   return 2.0 * 8 * (double)iters;
 }
 
+double int8_loop_scalar(long iters, float* sink) {
+  int32_t a[8] = {};
+  const int32_t u = 3, w = -2;
+  for (long i = 0; i < iters; i++)
+    for (int32_t& x : a) x += u * w;
+  *sink = (float)(a[0] + a[7]);
+  return 2.0 * 8 * (double)iters;
+}
+
 float read_pass_scalar(const float* p, size_t n) {
   float s[8] = {};
   size_t i = 0;
@@ -60,6 +69,13 @@ double ReadProbe::pass() {
   return s > 0 ? (double)bytes() / s : 0;
 }
 
+ReadRates summarize_rates(std::vector<double> rates) {
+  std::erase(rates, 0.0);
+  if (rates.empty()) return {};
+  std::sort(rates.begin(), rates.end());
+  return {rates.back(), rates[rates.size() / 2], rates.front()};
+}
+
 double median_rate(std::vector<double> rates) {
   std::erase(rates, 0.0);
   if (rates.empty()) return 0;
@@ -67,18 +83,18 @@ double median_rate(std::vector<double> rates) {
   return rates[rates.size() / 2];
 }
 
-double measure_read_bandwidth(int threads, size_t bytes, int passes) {
+ReadRates measure_read_bandwidth(int threads, size_t bytes, int passes) {
   ReadProbe probe(threads, bytes);
   std::vector<double> rates;
   for (int pass = 0; pass < std::max(1, passes); pass++) rates.push_back(probe.pass());
-  // The median pass: on a shared machine the best pass can be a lucky outlier (seen: 74 GB/s
-  // once where 41 GB/s repeats), and the roof should be what a kernel can count on.
-  return median_rate(std::move(rates));
+  return summarize_rates(std::move(rates));
 }
 
-double measure_peak_flops(Isa isa, int threads, double seconds) {
+namespace {
+
+// Best of three runs of `loop` on every thread for about `seconds`: ops/s.
+double peak_rate(double (*loop)(long, float*), int threads, double seconds) {
   threads = std::max(1, threads);
-  auto loop = has_avx2(isa) ? detail::fma_loop_avx2 : detail::fma_loop_scalar;
   // Calibrate the iteration count on one thread, then run all threads together.
   float sink = 0;
   long iters = 1 << 16;
@@ -106,13 +122,31 @@ double measure_peak_flops(Isa isa, int threads, double seconds) {
   return best;
 }
 
+}  // namespace
+
+double measure_peak_flops(Isa isa, int threads, double seconds) {
+  return peak_rate(isa == Isa::Avx512 ? detail::fma_loop_avx512
+                   : has_avx2(isa)    ? detail::fma_loop_avx2
+                                      : detail::fma_loop_scalar,
+                   threads, seconds);
+}
+
+double measure_peak_int8_ops(Isa isa, int threads, double seconds) {
+  return peak_rate(isa == Isa::Avx512 ? detail::int8_loop_avx512
+                   : has_avx2(isa)    ? detail::int8_loop_avx2
+                                      : detail::int8_loop_scalar,
+                   threads, seconds);
+}
+
 MachinePeaks measure_machine(Isa isa, int threads) {
   MachinePeaks m;
   m.threads = threads;
   m.isa = isa;
   m.probe_bytes = size_t(512) << 20;
-  m.read_bytes_per_s = measure_read_bandwidth(threads, m.probe_bytes);
+  const ReadRates r = measure_read_bandwidth(threads, m.probe_bytes);
+  m.read_bytes_per_s = r.best, m.read_median = r.median, m.read_min = r.least;
   m.flops_per_s = measure_peak_flops(isa, threads);
+  m.int8_ops_per_s = measure_peak_int8_ops(isa, threads);
   return m;
 }
 

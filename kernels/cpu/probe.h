@@ -1,6 +1,8 @@
-// Short probes of this machine's two roofs, so reports compare each phase with the machine it
-// ran on rather than with a datasheet: the read bandwidth from memory (decode's roof) and the
-// float FMA throughput of the kernels' instruction set (prefill's roof).
+// Short probes of this machine's roofs, so reports compare each phase with the machine it ran
+// on rather than with a datasheet: the read bandwidth from memory (decode's roof), and the
+// throughput of the instructions the products run (prefill's roof): f32 FMA at the ISA's
+// width for float activations, 8-bit dot products (VPDPBUSD, or AVX2's VPMADDUBSW + VPMADDWD)
+// for 8-bit activations against quantized weights.
 #pragma once
 
 #include <cstddef>
@@ -12,14 +14,27 @@
 namespace tandem::cpu {
 
 struct MachinePeaks {
-  double read_bytes_per_s = 0;  // median of several passes over a buffer far larger than the caches
-  double flops_per_s = 0;       // independent FMA chains on every thread, f32
+  // The best of several passes over a buffer far larger than the caches: a roof bounds what
+  // the memory can deliver, and on a shared host most passes get less (seen: 26 to 78 GB/s
+  // within a minute). read_min/read_median say how far they spread.
+  double read_bytes_per_s = 0;
+  double read_min = 0, read_median = 0;
+  double flops_per_s = 0;     // independent FMA chains on every thread, f32, at the ISA's width
+  double int8_ops_per_s = 0;  // independent 8-bit dot-product chains (2 ops per multiply-add)
   int threads = 0;
   size_t probe_bytes = 0;
   Isa isa = Isa::Scalar;
-  // Arithmetic intensity (FLOP/byte) where the two roofs meet.
-  double ridge() const { return read_bytes_per_s > 0 ? flops_per_s / read_bytes_per_s : 0; }
+  // The compute roof of products with 8-bit activations (int8) or float ones.
+  double compute_roof(bool int8) const { return int8 && int8_ops_per_s > 0 ? int8_ops_per_s : flops_per_s; }
+  // Arithmetic intensity (FLOP/byte) where the float (or 8-bit) roof meets the read roof.
+  double ridge(bool int8 = false) const { return read_bytes_per_s > 0 ? compute_roof(int8) / read_bytes_per_s : 0; }
 };
+
+// Bytes/s readings of several probe passes: the best (the roof), the median and the least.
+struct ReadRates {
+  double best = 0, median = 0, least = 0;
+};
+ReadRates summarize_rates(std::vector<double> rates);
 
 // A buffer far larger than the caches, touched once by the threads that will read it; each
 // pass() sums all of it with `threads` threads and returns bytes/s. Keeping one lets a
@@ -37,12 +52,14 @@ class ReadProbe {
   std::unique_ptr<float[]> buf_;
 };
 
-// Sums `bytes` of floats with `threads` threads, `passes` times; returns the median bytes/s.
-double measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int passes = 5);
+// Sums `bytes` of floats with `threads` threads, `passes` times.
+ReadRates measure_read_bandwidth(int threads, size_t bytes = size_t(512) << 20, int passes = 5);
 // The median of some bytes/s readings (0 for none).
 double median_rate(std::vector<double> rates);
 // Runs independent FMA chains for about `seconds` on each thread; returns FLOP/s.
 double measure_peak_flops(Isa isa, int threads, double seconds = 0.2);
+// The same for the 8-bit dot products the quantized kernels of `isa` run; returns ops/s.
+double measure_peak_int8_ops(Isa isa, int threads, double seconds = 0.2);
 MachinePeaks measure_machine(Isa isa, int threads);
 
 namespace detail {
@@ -50,6 +67,10 @@ namespace detail {
 // writes a value the compiler cannot discard.
 double fma_loop_scalar(long iters, float* sink);
 double fma_loop_avx2(long iters, float* sink);
+double fma_loop_avx512(long iters, float* sink);
+double int8_loop_scalar(long iters, float* sink);
+double int8_loop_avx2(long iters, float* sink);
+double int8_loop_avx512(long iters, float* sink);
 // One thread's read pass; returns a sum the compiler cannot discard.
 float read_pass_scalar(const float* p, size_t n);
 float read_pass_avx2(const float* p, size_t n);

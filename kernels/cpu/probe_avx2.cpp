@@ -47,3 +47,23 @@ float read_pass_avx2(const float* p, size_t n) {
 }
 
 }  // namespace tandem::cpu::detail
+
+namespace tandem::cpu::detail {
+
+double int8_loop_avx2(long iters, float* sink) {
+  // What the AVX2 quantized kernels run per 32 u8 x s8 products: VPMADDUBSW (pairs to int16),
+  // VPMADDWD by ones (to int32), VPADDD; 2 ops per product, as GFLOP counts them.
+  __m256i a[8];
+  for (auto& x : a) x = _mm256_setzero_si256();
+  const __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (long i = 0; i < iters; i++)
+    for (auto& x : a) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
+  __m256i t = a[0];
+  for (int k = 1; k < 8; k++) t = _mm256_add_epi32(t, a[k]);
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), t);
+  *sink = (float)(out[0] + out[7]);
+  return 2.0 * 32 * 8 * (double)iters;
+}
+
+}  // namespace tandem::cpu::detail
