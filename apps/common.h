@@ -17,8 +17,10 @@ namespace tandem::apps {
 int fail(const std::string& msg);
 
 // The CPU backend for the command line's options: kernel level ("auto", "avx2", ...),
-// threads (0 = all cores), 8-bit or float activations.
-Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int threads, bool quantized_activations);
+// threads (0 = all cores), 8-bit or float activations, and a comma-separated list of weight
+// name parts whose products stay on float activations (--exact-products).
+Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int threads, bool quantized_activations,
+                                                     const std::string& exact_products = "");
 // The CPU backend a model runs on (the CLI builds every model on one).
 const CpuBackend& cpu_backend(const LlamaModel& m);
 

@@ -16,6 +16,8 @@ void ModelLoadOptions::add_to(CLI::App* sub) {
   sub->add_option("--isa", isa, "kernel level: auto | avx512 | avx2 | scalar");
   sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q8_0/Q6_K weights (fast, llama.cpp's numerics); f32: exact products")
       ->check(CLI::IsMember({"q8", "f32"}));
+  sub->add_option("--exact-products", exact_products,
+                  "with q8: comma-separated weight name parts (e.g. output.weight,ffn_down) whose products keep f32 activations");
 }
 
 void add_kv_dtype_option(CLI::App* sub, std::string& dtype) {
@@ -64,7 +66,7 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
 }
 
 Result<LoadedModel> load_model(const ModelLoadOptions& o) {
-  auto backend = make_cpu_backend(o.isa, o.threads, o.activations == "q8");
+  auto backend = make_cpu_backend(o.isa, o.threads, o.activations == "q8", o.exact_products);
   if (!backend.ok()) return backend.error();
   ModelOptions mo;
   mo.backend = backend.value();

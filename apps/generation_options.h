@@ -21,6 +21,7 @@ struct ModelLoadOptions {
   int threads = 0;
   std::string isa = "auto";
   std::string activations = "q8";
+  std::string exact_products;  // weight name parts whose products keep f32 activations
   void add_to(CLI::App* sub);
 };
 

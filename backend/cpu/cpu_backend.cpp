@@ -38,11 +38,15 @@ std::shared_ptr<Backend> default_backend() { return std::make_shared<CpuBackend>
 
 CpuBackend::CpuBackend(const CpuBackendOptions& o)
     : kernels_(cpu::CpuKernels::for_isa(o.isa, o.quantized_activations)),
+      exact_kernels_(cpu::CpuKernels::for_isa(o.isa, false)),
+      exact_products_(o.quantized_activations ? o.exact_products : std::vector<std::string>{}),
       threads_(o.threads > 0 ? o.threads : omp_get_max_threads()) {}
 
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu {}, {} threads, {} activations", cpu::isa_name(kernels_.isa), threads_,
-                     kernels_.quantized_activations ? "8-bit" : "f32");
+  std::string exact;
+  for (const std::string& e : exact_products_) exact += (exact.empty() ? " (f32 for " : ", ") + e;
+  return fmt::format("cpu {}, {} threads, {} activations{}", cpu::isa_name(kernels_.isa), threads_,
+                     kernels_.quantized_activations ? "8-bit" : "f32", exact.empty() ? "" : exact + ")");
 }
 
 Tensor CpuBackend::new_tensor(int64_t rows, int64_t cols) {
@@ -80,12 +84,15 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
   w->rows = src.rows;
   w->cols = src.cols;
   w->row_bytes = src.row_bytes;
-  w->dot = kernels_.row_dot(w->type);
-  w->qdot = kernels_.quant_dot(w->type);
-  w->qdot4 = kernels_.quant_dot4(w->type);
+  bool exact = false;
+  for (const std::string& e : exact_products_) exact |= src.name.find(e) != std::string::npos;
+  const cpu::CpuKernels& k = exact ? exact_kernels_ : kernels_;
+  w->dot = k.row_dot(w->type);
+  w->qdot = k.quant_dot(w->type);
+  w->qdot4 = k.quant_dot4(w->type);
   if (!src.compute_supported || !w->dot)
     return make_error("tensor {} has type {}, which tandem cannot compute with yet", src.name, dtype_name(src.type));
-  if (products) w->pack_for(kernels_);
+  if (products) w->pack_for(k);
   const bool reads_source = !w->is_packed();  // products read the packed copy only
   return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w), reads_source};
 }

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "kernels/cpu/dot.h"
@@ -18,6 +20,10 @@ struct CpuBackendOptions {
   // 8-bit activations for Q4_0/Q4_1/Q8_0 weights (llama.cpp's numerics, faster); false keeps
   // every product in float, which reference checks use.
   bool quantized_activations = true;
+  // With 8-bit activations, the products of weights whose names contain one of these (e.g.
+  // "output.weight", "ffn_down") still run on f32 activations: the few that cost the most
+  // accuracy for their share of the time (tandem perplexity --kl-divergence measures it).
+  std::vector<std::string> exact_products;
 };
 
 class CpuBackend final : public Backend {
@@ -64,6 +70,8 @@ class CpuBackend final : public Backend {
   void sync();
 
   cpu::CpuKernels kernels_;
+  cpu::CpuKernels exact_kernels_;  // f32 activations, for exact_products
+  std::vector<std::string> exact_products_;
   int threads_ = 1;
   bool team_ = false;  // inside a run_pass whose body every team member runs
 };
