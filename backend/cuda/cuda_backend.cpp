@@ -138,14 +138,16 @@ Tensor CudaBackend::upload(std::span<const float> host, int64_t rows, int64_t co
 
 std::span<const float> CudaBackend::read(const Tensor& t) {
   const size_t n = (size_t)(t.rows * t.cols);
-  if (mirrors_.size() > 64)  // forget mirrors of tensors that are gone
-    for (auto it = mirrors_.begin(); it != mirrors_.end();)
+  if (mirrors_.size() > 64) {  // forget mirrors of tensors that are gone
+    for (auto it = mirrors_.begin(); it != mirrors_.end();) {
       if (it->second.owner.expired()) {
         cudaFreeHost(it->second.host);
         it = mirrors_.erase(it);
       } else {
         ++it;
       }
+    }
+  }
   Mirror& m = mirrors_[t.data];
   if (m.floats < n) {
     if (m.host) cudaFreeHost(m.host);
