@@ -1,0 +1,583 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include <fmt/core.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "kernels/cpu/dequantize.h"
+
+namespace tandem {
+
+namespace {
+
+float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
+const cuda::DeviceWeight& device_weight(const Weight& w) { return *static_cast<const cuda::DeviceWeight*>(w.impl.get()); }
+uint64_t u(const void* p) { return (uint64_t)(uintptr_t)p; }
+uint64_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Device memory freed with its last handle.
+std::shared_ptr<void> device_owner(void* p) {
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", (double)bytes / (1ull << 30)); }
+
+int kv_code(DType t) { return t == DType::F32 ? cuda::kKvF32 : t == DType::F16 ? cuda::kKvF16 : cuda::kKvQ8_0; }
+
+cuda::KvView kv_view(const KvStore& kv, int layer) {
+  return cuda::KvView{kv.data, kv.block_bytes(), kv.k_offset(layer), kv.v_offset(layer), kv.row_bytes,
+                      kv.block_tokens, kv_code(kv.dtype)};
+}
+
+}  // namespace
+
+Result<std::shared_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& o) {
+  std::shared_ptr<CudaBackend> be(new CudaBackend(o));
+  TANDEM_TRY(be->init());
+  return be;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& o) : opts_(o), device_(o.device) {}
+
+Status CudaBackend::init() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return make_error("no CUDA device: {}", e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no GPU");
+  if (device_ < 0 || device_ >= count) return make_error("no CUDA device {} (this machine has {})", device_, count);
+  TANDEM_TRY(cuda::check(cudaSetDevice(device_), "cudaSetDevice"));
+  cudaDeviceProp p{};
+  TANDEM_TRY(cuda::check(cudaGetDeviceProperties(&p, device_), "cudaGetDeviceProperties"));
+  name_ = p.name;
+  sm_count_ = p.multiProcessorCount;
+  cc_major_ = p.major;
+  cc_minor_ = p.minor;
+  total_memory_ = p.totalGlobalMem;
+  TANDEM_TRY(cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  TANDEM_TRY(cuda::check(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming), "cudaEventCreate"));
+  ws_ = std::make_unique<cuda::MatmulWorkspace>();
+  return grow_staging(1 << 16);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  clear_graphs();
+  ws_.reset();
+  for (auto& [_, m] : mirrors_) cudaFreeHost(m.host);
+  if (staging_host_) cudaFreeHost(staging_host_);
+  if (staging_dev_) cudaFree(staging_dev_);
+  if (attn_scratch_) cudaFree(attn_scratch_);
+  if (staged_) cudaEventDestroy(staged_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::describe() const {
+  return fmt::format("cuda {} (sm_{}{}, {} SMs, {}), {}", name_, cc_major_, cc_minor_, sm_count_, gib(total_memory_),
+                     opts_.graphs ? "decode as CUDA graphs" : "no graphs");
+}
+
+void CudaBackend::fail(Status s) {
+  if (s.ok() || failed()) return;
+  error_ = std::move(s);
+  std::fprintf(stderr, "tandem: CUDA backend: %s\n", error_.error().message.c_str());
+}
+
+void CudaBackend::after_launch(const char* what, int kernels) {
+  kernels_ += kernels;
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return;
+  Status s = cuda::check(e, what);
+  if (mode_ == Mode::Capture) {
+    if (capture_error_.ok()) capture_error_ = s;
+  } else {
+    fail(s);
+  }
+}
+
+Status CudaBackend::synchronize() {
+  fail(cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  return error_;
+}
+
+// ---- memory ----
+
+Tensor CudaBackend::new_tensor(int64_t rows, int64_t cols) {
+  const size_t bytes = sizeof(float) * (size_t)std::max<int64_t>(1, rows * cols);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail(make_error("cannot allocate a [{}, {}] tensor ({} bytes) on {}: {} of {} free ({})", rows, cols, bytes, name_,
+                    gib(free_b), gib(total_b), cudaGetErrorString(e)));
+    return Tensor{nullptr, rows, cols, DType::F32, {}};
+  }
+  return Tensor{p, rows, cols, DType::F32, device_owner(p)};
+}
+
+Tensor CudaBackend::upload(std::span<const float> host, int64_t rows, int64_t cols) {
+  Tensor t = new_tensor(rows, cols);
+  const size_t n = std::min<size_t>(host.size(), (size_t)(rows * cols));
+  if (t.data && n) {
+    fail(cuda::check(cudaMemcpyAsync(t.data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream_),
+                     "upload"));
+    fail(cuda::check(cudaStreamSynchronize(stream_), "upload"));
+  }
+  return t;
+}
+
+std::span<const float> CudaBackend::read(const Tensor& t) {
+  const size_t n = (size_t)(t.rows * t.cols);
+  if (mirrors_.size() > 64) {  // forget mirrors of tensors that are gone
+    for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+      if (it->second.owner.expired()) {
+        cudaFreeHost(it->second.host);
+        it = mirrors_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  Mirror& m = mirrors_[t.data];
+  if (m.floats < n) {
+    if (m.host) cudaFreeHost(m.host);
+    m.host = nullptr;
+    m.floats = 0;
+    if (cudaMallocHost(reinterpret_cast<void**>(&m.host), std::max<size_t>(1, n) * sizeof(float)) != cudaSuccess) {
+      fail(make_error("cannot allocate {} bytes of pinned host memory to read a tensor", n * sizeof(float)));
+      mirrors_.erase(t.data);
+      return {};
+    }
+    m.floats = n;
+  }
+  m.owner = t.owner;
+  if (!failed() && t.data && n) {
+    fail(cuda::check(cudaMemcpyAsync(m.host, t.data, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "read"));
+    fail(cuda::check(cudaStreamSynchronize(stream_), "read (a kernel before it failed)"));
+  }
+  if (failed()) std::fill(m.host, m.host + n, std::numeric_limits<float>::quiet_NaN());
+  return {m.host, n};
+}
+
+Result<KvStore> CudaBackend::new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks,
+                                          size_t row_bytes) {
+  KvStore kv{nullptr, dtype, n_layer, block_tokens, n_blocks, row_bytes, {}};
+  if (n_layer <= 0 || block_tokens <= 0 || n_blocks <= 0 || row_bytes == 0)
+    return make_error("bad KV store shape ({} layers, {} tokens per block, {} blocks, {} bytes per row)", n_layer,
+                      block_tokens, n_blocks, row_bytes);
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::Q8_0)
+    return make_error("the CUDA KV store holds f32, f16 or q8_0, not {}", dtype_name(dtype));
+  const uint64_t bytes = kv.bytes();
+  if (bytes / (uint64_t)n_blocks != kv.block_bytes()) return make_error("KV store of {} blocks overflows", n_blocks);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an out-of-memory error is not sticky; leave no trace of it
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return make_error("cannot allocate a KV store of {} bytes ({}) on {}: {} of {} free", bytes, gib(bytes), name_,
+                      gib(free_b), gib(total_b));
+  }
+  kv.data = static_cast<uint8_t*>(p);
+  kv.owner = device_owner(p);
+  return kv;
+}
+
+Result<Weight> CudaBackend::prepare_weight(const WeightSource& src, bool products) {
+  if (!src.compute_supported || !cuda::matmul_supported(src.type))
+    return make_error("tensor {} has type {}, which the CUDA backend cannot compute with yet", src.name,
+                      dtype_name(src.type));
+  auto w = cuda::upload_weight(src, stream_);
+  if (!w.ok()) return w.error();
+  auto impl = std::make_shared<cuda::DeviceWeight>(std::move(w.value()));
+  if (products) {
+    max_cols_ = std::max(max_cols_, src.cols);
+    max_rows_ = std::max(max_rows_, src.rows);
+  }
+  return Weight{src.type, src.rows, src.cols, (uint64_t)src.rows * src.row_bytes, std::move(impl)};
+}
+
+Result<Tensor> CudaBackend::prepare_vector(const WeightSource& src) {
+  std::vector<float> host((size_t)src.cols);
+  if (!src.compute_supported || !cpu::dequantize_row(src.type, src.data, host.data(), src.cols))
+    return make_error("tensor {} has type {}, which tandem cannot decode", src.name, dtype_name(src.type));
+  Tensor t = upload(host, 1, src.cols);
+  if (!t.data) return error_.error();
+  return t;
+}
+
+// ---- staging the batch ----
+
+Status CudaBackend::grow_staging(size_t bytes) {
+  if (bytes <= staging_cap_) return Status::Ok();
+  size_t cap = std::max<size_t>(staging_cap_, 1 << 16);
+  while (cap < bytes) cap *= 2;
+  // Kernels already launched may read the old buffer, and graphs hold its address.
+  if (stream_) cudaStreamSynchronize(stream_);
+  clear_graphs();
+  if (staging_host_) cudaFreeHost(staging_host_);
+  if (staging_dev_) cudaFree(staging_dev_);
+  staging_host_ = nullptr;
+  staging_dev_ = nullptr;
+  staging_cap_ = 0;
+  TANDEM_TRY(cuda::check(cudaMallocHost(reinterpret_cast<void**>(&staging_host_), cap), "pinned staging buffer"));
+  TANDEM_TRY(cuda::check(cudaMalloc(reinterpret_cast<void**>(&staging_dev_), cap), "device batch buffer"));
+  staging_cap_ = cap;
+  uploaded_ = 0;  // everything staged so far goes again
+  return Status::Ok();
+}
+
+void CudaBackend::begin_staging() {
+  // The previous pass's copy must have left the pinned buffer before it is rewritten.
+  fail(cuda::check(cudaEventSynchronize(staged_), "waiting for the batch copy"));
+  stager_.reset();
+  staged_batches_.clear();
+  uploaded_ = 0;
+}
+
+void CudaBackend::flush_staging() {
+  const std::span<const uint8_t> img = stager_.image();
+  if (img.size() <= uploaded_) return;
+  if (Status s = grow_staging(img.size()); !s.ok()) return fail(s);
+  const size_t n = img.size() - uploaded_;
+  std::memcpy(staging_host_ + uploaded_, img.data() + uploaded_, n);
+  fail(cuda::check(cudaMemcpyAsync(staging_dev_ + uploaded_, staging_host_ + uploaded_, n, cudaMemcpyHostToDevice,
+                                   stream_),
+                   "copying the batch to the device"));
+  fail(cuda::check(cudaEventRecord(staged_, stream_), "cudaEventRecord"));
+  uploaded_ = img.size();
+}
+
+size_t CudaBackend::stage(const void* data, size_t bytes) {
+  const size_t at = stager_.add(data, bytes);
+  if (mode_ == Mode::Direct) flush_staging();
+  return at;
+}
+
+DeviceBatch CudaBackend::device_batch(const ForwardBatch& b) {
+  const BatchOffsets* o = nullptr;
+  for (const auto& [ptr, offsets] : staged_batches_)
+    if (ptr == &b) o = &offsets;
+  if (!o) {
+    staged_batches_.emplace_back(&b, stager_.add_batch(b));
+    o = &staged_batches_.back().second;
+    if (mode_ == Mode::Direct) flush_staging();
+  }
+  const uint8_t* base = staging_dev_;
+  DeviceBatch d;
+  d.tokens = reinterpret_cast<const int32_t*>(base + o->tokens);
+  d.positions = reinterpret_cast<const int32_t*>(base + o->positions);
+  d.seq_ids = reinterpret_cast<const int32_t*>(base + o->seq_ids);
+  d.slots = reinterpret_cast<const int64_t*>(base + o->slots);
+  d.tables = reinterpret_cast<const int32_t*>(base + o->tables);
+  d.tiles = reinterpret_cast<const int32_t*>(base + o->tiles);
+  d.shape = *o;
+  return d;
+}
+
+// ---- the pass ----
+
+bool CudaBackend::record(std::initializer_list<uint64_t> sig, const BatchOffsets* b) {
+  if (mode_ != Mode::Record) return false;
+  sig_.insert(sig_.end(), sig);
+  if (b)
+    sig_.insert(sig_.end(), {(uint64_t)b->tokens, (uint64_t)b->n_tokens, (uint64_t)b->n_seq, (uint64_t)b->table_stride,
+                             (uint64_t)b->n_tiles, (uint64_t)b->max_seq_tokens});
+  return true;
+}
+
+Status CudaBackend::reserve_workspace(int64_t n_tokens) {
+  if (n_tokens <= ws_tokens_ && max_cols_ <= ws_cols_ && max_rows_ <= ws_rows_) return Status::Ok();
+  const int64_t t = std::max(n_tokens, ws_tokens_);
+  clear_graphs();  // the workspace may move
+  TANDEM_TRY(ws_->reserve(t, max_cols_, max_rows_, stream_));
+  ws_tokens_ = t;
+  ws_cols_ = max_cols_;
+  ws_rows_ = max_rows_;
+  return Status::Ok();
+}
+
+float* CudaBackend::attention_scratch(size_t floats) {
+  if (floats <= attn_scratch_floats_) return attn_scratch_;
+  // Only outside a capture (record and direct passes size it first); graphs hold the address.
+  cudaStreamSynchronize(stream_);
+  clear_graphs();
+  if (attn_scratch_) cudaFree(attn_scratch_);
+  attn_scratch_ = nullptr;
+  attn_scratch_floats_ = 0;
+  if (Status s = cuda::check(cudaMalloc(reinterpret_cast<void**>(&attn_scratch_), floats * sizeof(float)),
+                             "attention scratch");
+      !s.ok()) {
+    fail(s);
+    return nullptr;
+  }
+  attn_scratch_floats_ = floats;
+  return attn_scratch_;
+}
+
+void CudaBackend::clear_graphs() {
+  for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+}
+
+void CudaBackend::run_pass(int64_t n_tokens, const std::function<void()>& body) {
+  if (failed()) return;
+  cudaSetDevice(device_);
+  if (Status s = reserve_workspace(n_tokens); !s.ok()) return fail(s);
+  pass_counter_++;
+  in_pass_ = true;
+  kernels_ = 0;
+  last_pass_ = {};
+  begin_staging();
+  if (opts_.graphs && n_tokens <= opts_.graph_max_tokens) {
+    run_graph(body);
+  } else {
+    mode_ = Mode::Direct;
+    body();
+    last_pass_.kernels = kernels_;
+  }
+  mode_ = Mode::Direct;
+  in_pass_ = false;
+}
+
+namespace {
+int64_t kernel_nodes(cudaGraph_t g) {
+  size_t n = 0;
+  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return -1;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return -1;
+  int64_t k = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t;
+    if (cudaGraphNodeGetType(node, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) k++;
+  }
+  return k;
+}
+}  // namespace
+
+void CudaBackend::run_graph(const std::function<void()>& body) {
+  // 1. Record: what every op would launch, and the batch's arrays staged on the host.
+  mode_ = Mode::Record;
+  sig_.clear();
+  body();
+  mode_ = Mode::Direct;
+  if (failed()) return;
+  flush_staging();  // this step's arrays to the fixed device buffer, before the graph reads them
+  for (Graph& g : graphs_)
+    if (g.sig == sig_) {
+      g.last_used = pass_counter_;
+      fail(cuda::check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch"));
+      last_pass_ = {g.kernels, true, false};
+      return;
+    }
+
+  // 2. Capture the body's launches once; the staged arrays are re-added at the same offsets.
+  const size_t staged_bytes = stager_.image().size();
+  stager_.reset();
+  staged_batches_.clear();
+  kernels_ = 0;
+  capture_error_ = Status::Ok();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Status s = cuda::check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  if (s.ok()) {
+    mode_ = Mode::Capture;
+    body();
+    mode_ = Mode::Direct;
+    s = cuda::check(cudaStreamEndCapture(stream_, &graph), "capturing the decode graph");
+    if (s.ok()) s = capture_error_;
+    if (s.ok() && stager_.image().size() != staged_bytes) s = make_error("the pass staged different arrays twice");
+    if (s.ok()) s = cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  }
+  const int64_t kernels = graph ? kernel_nodes(graph) : -1;
+  if (graph) cudaGraphDestroy(graph);
+  if (!s.ok()) {
+    // A pass that cannot be captured still runs: directly, now and from now on.
+    cudaGetLastError();
+    std::fprintf(stderr, "tandem: CUDA backend: graphs off (%s)\n", s.error().message.c_str());
+    opts_.graphs = false;
+    begin_staging();
+    kernels_ = 0;
+    body();
+    last_pass_.kernels = kernels_;
+    return;
+  }
+  if ((int)graphs_.size() >= std::max(1, opts_.graph_cache)) {
+    auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                [](const Graph& a, const Graph& b) { return a.last_used < b.last_used; });
+    cudaGraphExecDestroy(lru->exec);
+    graphs_.erase(lru);
+  }
+  graphs_.push_back(Graph{sig_, exec, kernels >= 0 ? kernels : kernels_, pass_counter_});
+  graphs_captured_++;
+  fail(cuda::check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch"));
+  last_pass_ = {graphs_.back().kernels, true, true};
+}
+
+// ---- ops ----
+
+void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out) {
+  if (failed()) return;
+  if (!in_pass_) begin_staging();
+  const DeviceBatch db = device_batch(b);
+  if (record({1, u(table.impl.get()), u(out.data), (uint64_t)out.cols}, &db.shape)) return;
+  cuda::embed(device_weight(table), db.tokens, db.shape.n_tokens, f32(out), stream_);
+  after_launch("embed");
+}
+
+void CudaBackend::matmul(std::span<const Product> group, const Tensor& in) {
+  if (failed()) return;
+  if (mode_ == Mode::Record) {
+    for (const Product& p : group)
+      record({2, u(p.w->impl.get()), u(in.data), (uint64_t)in.rows, u(p.out->data), u(p.bias ? p.bias->data : nullptr)});
+    return;
+  }
+  if (!in_pass_)
+    if (Status s = reserve_workspace(in.rows); !s.ok()) return fail(s);
+  for (const Product& p : group) {
+    cuda::matmul(device_weight(*p.w), f32(in), in.rows, f32(*p.out), p.bias ? f32(*p.bias) : nullptr, *ws_, stream_);
+    after_launch("matmul");
+  }
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& out, float eps, int head_dim) {
+  if (failed()) return;
+  if (record({3, u(x.data), u(weight.data), u(out.data), (uint64_t)x.rows, (uint64_t)x.cols, bits(eps),
+              (uint64_t)head_dim}))
+    return;
+  const int64_t width = head_dim > 0 ? head_dim : x.cols;
+  after_launch("rmsnorm", cuda::rmsnorm(f32(x), f32(weight), f32(out), x.rows, x.cols, width, eps, stream_));
+}
+
+void CudaBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) {
+  if (failed()) return;
+  const float* n = norm ? f32(*norm) : nullptr;
+  float* o = norm && out ? f32(*out) : nullptr;
+  if (record({4, u(x.data), u(delta.data), u(n), u(o), (uint64_t)x.rows, (uint64_t)x.cols, bits(eps)})) return;
+  after_launch("add_residual", cuda::add_residual(f32(x), f32(delta), o ? n : nullptr, o, x.rows, x.cols, eps, stream_));
+}
+
+void CudaBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim,
+                              const Tensor& out) {
+  if (failed()) return;
+  if (!in_pass_) begin_staging();
+  const size_t freq_at = stage(inv_freq.data(), (size_t)(rope_dim / 2) * sizeof(double));
+  const DeviceBatch db = device_batch(b);
+  if (record({5, freq_at, (uint64_t)rope_dim, u(out.data), (uint64_t)out.cols}, &db.shape)) return;
+  const auto* freq = reinterpret_cast<const double*>(staging_dev_ + freq_at);
+  after_launch("rope_angles",
+               cuda::rope_angles(db.positions, freq, rope_dim, f32(out), out.cols, db.shape.n_tokens, stream_));
+}
+
+void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) {
+  if (failed()) return;
+  if (record({6, u(q.data), (uint64_t)q.cols, u(k.data), (uint64_t)k.cols, u(angles.data), (uint64_t)angles.cols,
+              (uint64_t)q.rows, (uint64_t)h.n_head, (uint64_t)h.n_kv_head, (uint64_t)h.head_dim, (uint64_t)rope_dim}))
+    return;
+  after_launch("rope", cuda::rope(f32(q), q.cols, h.n_head, f32(k), k.cols, h.n_kv_head, h.head_dim, rope_dim,
+                                  f32(angles), angles.cols, q.rows, stream_));
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
+  if (failed()) return;
+  if (record({7, u(gate.data), u(up.data), (uint64_t)gate.rows, (uint64_t)gate.cols})) return;
+  after_launch("swiglu", cuda::swiglu(f32(gate), f32(up), gate.rows, gate.cols, stream_));
+}
+
+Status CudaBackend::check_kv(const KvStore& kv, int head_dim) {
+  if (kv.dtype != DType::F32 && kv.dtype != DType::F16 && kv.dtype != DType::Q8_0)
+    return make_error("the CUDA backend's KV store holds f32, f16 or q8_0, not {}", dtype_name(kv.dtype));
+  if (head_dim > 0 && !cuda::attention_supported(head_dim, kv_code(kv.dtype)))
+    return make_error("the CUDA attention kernels take head_dim up to 256 (a multiple of 32 for q8_0); this is {}",
+                      head_dim);
+  if (kv.data == checked_kv_) return Status::Ok();
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, kv.data) != cudaSuccess || a.type != cudaMemoryTypeDevice) {
+    cudaGetLastError();
+    return make_error("the KV store is not in GPU memory: make it with this backend's new_kv_store");
+  }
+  checked_kv_ = kv.data;
+  return Status::Ok();
+}
+
+void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) {
+  if (failed()) return;
+  if (mode_ != Mode::Capture)
+    if (Status s = check_kv(kv, 0); !s.ok()) return fail(s);
+  if (!in_pass_) begin_staging();
+  const DeviceBatch db = device_batch(b);
+  const cuda::KvView view = kv_view(kv, layer);
+  if (record({8, u(k.data), u(v.data), (uint64_t)k.cols, (uint64_t)k.rows, u(kv.data), (uint64_t)view.kv_dtype,
+              view.block_bytes, view.k_offset, view.v_offset, view.row_bytes, (uint64_t)view.block_tokens},
+             &db.shape))
+    return;
+  after_launch("store_kv", cuda::store_kv(f32(k), f32(v), k.cols, k.rows, db.slots, view, stream_));
+}
+
+void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
+                            const Tensor& out) {
+  if (failed()) return;
+  if (mode_ != Mode::Capture)
+    if (Status s = check_kv(kv, h.head_dim); !s.ok()) return fail(s);
+  if (!in_pass_) begin_staging();
+  const DeviceBatch db = device_batch(b);
+  cuda::AttentionArgs a;
+  a.q = f32(q);
+  a.out = f32(out);
+  a.kv = kv_view(kv, layer);
+  a.positions = db.positions;
+  a.seq_ids = db.seq_ids;
+  a.tables = db.tables;
+  a.table_stride = db.shape.table_stride;
+  a.tiles = db.tiles;
+  a.n_tiles = db.shape.n_tiles;
+  a.n_tokens = db.shape.n_tokens;
+  a.n_head = h.n_head;
+  a.n_kv_head = h.n_kv_head;
+  a.head_dim = h.head_dim;
+  const bool decode = db.shape.decode();
+  const int n_split = decode ? cuda::decode_splits(a.n_tokens, h.n_head, h.n_kv_head, sm_count_) : 1;
+  float* scratch = nullptr;
+  if (decode && n_split > 1 && mode_ != Mode::Capture) {
+    // Sized in the record or direct pass, never inside a capture.
+    scratch = attention_scratch(cuda::decode_scratch_floats(a.n_tokens, h.n_head, h.head_dim, n_split));
+    if (!scratch) return;
+  }
+  if (mode_ == Mode::Capture) scratch = attn_scratch_;
+  if (record({9, u(q.data), u(out.data), u(kv.data), (uint64_t)a.kv.kv_dtype, a.kv.block_bytes, a.kv.k_offset,
+              a.kv.v_offset, a.kv.row_bytes, (uint64_t)a.kv.block_tokens, (uint64_t)h.n_head, (uint64_t)h.n_kv_head,
+              (uint64_t)h.head_dim, (uint64_t)n_split},
+             &db.shape))
+    return;
+  const int k = decode ? cuda::attention_decode(a, n_split, scratch, stream_) : cuda::attention_prefill(a, stream_);
+  after_launch("attention", k);
+}
+
+void CudaBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
+                         const Tensor& scratch, const Tensor& out) {
+  if (failed() || rows.empty()) return;
+  if (!in_pass_) begin_staging();
+  std::vector<int32_t> r32(rows.begin(), rows.end());
+  const size_t rows_at = stage(r32.data(), r32.size() * sizeof(int32_t));
+  if (!record({10, u(x.data), (uint64_t)x.cols, rows_at, (uint64_t)rows.size(), u(norm.data), bits(eps),
+               u(scratch.data)})) {
+    const auto* d_rows = reinterpret_cast<const int32_t*>(staging_dev_ + rows_at);
+    after_launch("logits norm", cuda::gather_rmsnorm(f32(x), d_rows, (int64_t)rows.size(), f32(norm), f32(scratch),
+                                                     x.cols, eps, stream_));
+  }
+  const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
+  const Product p{&w, &out};
+  matmul({&p, 1}, normed);
+}
+
+}  // namespace tandem
