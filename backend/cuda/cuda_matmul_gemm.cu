@@ -18,7 +18,7 @@ __global__ void dequantize_f16_kernel(const WeightView w, int64_t r0, int64_t n_
   const int64_t r = i / per_row, c8 = i % per_row;
   float v[8];
   decode8_quant(w, r0 + r, c8, v);
-  __half2 h[4];
+  alignas(16) __half2 h[4];  // stored as one 128-bit word
 #pragma unroll
   for (int k = 0; k < 4; k++) {
     // Saturate like the activations: a weight past F16's range becomes its largest value.

@@ -38,7 +38,7 @@ TANDEM_HD int vsub4(int a, int b) {
   return (int)__vsub4((unsigned)a, (unsigned)b);
 #else
   unsigned r = 0;
-  for (int k = 0; k < 4; k++) r |= (((unsigned)a >> (8 * k)) - ((unsigned)b >> (8 * k)) & 0xFFu) << (8 * k);
+  for (int k = 0; k < 4; k++) r |= ((((unsigned)a >> (8 * k)) - ((unsigned)b >> (8 * k))) & 0xFFu) << (8 * k);
   return (int)r;
 #endif
 }
