@@ -108,7 +108,10 @@ namespace tandem::cpu {
 void axpy_scalar(DType x_type, float a, const void* x, float* y, int64_t n) {
   if (x_type == DType::Q8_0) {
     const auto* b = static_cast<const BlockQ8_0*>(x);
-    for (int64_t i = 0; i < n; i++) y[i] += a * (fp16_to_fp32(b[i / kQK].d) * (float)b[i / kQK].qs[i % kQK]);
+    for (int64_t i = 0; i < n / kQK; i++, y += kQK) {
+      const float d = fp16_to_fp32(b[i].d);
+      for (int j = 0; j < kQK; j++) y[j] += a * (d * (float)b[i].qs[j]);  // d * q: the dequantized value, exactly
+    }
     return;
   }
   if (x_type == DType::F32) {
