@@ -167,17 +167,49 @@ void BM_QuantizeAct(benchmark::State& st, Isa isa) {
   st.SetItemsProcessed(st.iterations() * kCols);
 }
 
-void BM_AttentionDecode(benchmark::State& st, Isa isa) {
+// One decode token's attention over ctx keys in each of n_layers layers shaped like
+// Llama-3.2-1B's (32 query heads, 8 KV heads of 64), the cache F16 or Q8_0 (the same values,
+// ~0.1). One layer's cache stays in the last-level cache between iterations; 16 layers'
+// (128 MiB of F16 at 4096 keys) stream from memory as a real decode step does. Bytes/s: the K
+// and V bytes read.
+void BM_AttentionDecode(benchmark::State& st, Isa isa, DType kv_type, int n_layers) {
   const AttentionShape s{32, 8, 64};
-  const int64_t ctx = st.range(0);
+  const int64_t ctx = st.range(0), n = ctx * s.n_kv_head * s.head_dim;
   std::vector<float> q(s.n_head * s.head_dim, 0.1f), out(q.size());
-  std::vector<uint16_t> k(ctx * s.n_kv_head * s.head_dim, 0x2e66), v(k.size(), 0x2e66);  // ~0.1 in fp16
+  std::vector<float> rows(n);
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> ud(0.05f, 0.15f);
+  for (auto& e : rows) e = ud(rng);
+  const size_t bytes = kv_type == DType::F16 ? (size_t)n * 2 : (size_t)n / kQK * sizeof(BlockQ8_0);
+  std::vector<uint8_t> layer(bytes);
+  if (kv_type == DType::F16) {
+    f32_to_f16_scalar(rows.data(), reinterpret_cast<uint16_t*>(layer.data()), n);
+  } else {
+    quantize_q8_0_scalar(rows.data(), layer.data(), n);
+  }
+  std::vector<std::vector<uint8_t>> k(n_layers, layer), v(n_layers, layer);
   const CpuKernels kernels = CpuKernels::for_isa(isa);
   for (auto _ : st) {
-    attention(q.data(), k.data(), v.data(), DType::F16, 1, ctx - 1, s, out.data(), kernels);
+    for (int l = 0; l < n_layers; l++)
+      attention(q.data(), k[l].data(), v[l].data(), kv_type, 1, ctx - 1, s, out.data(), kernels);
     benchmark::DoNotOptimize(out.data());
   }
-  st.SetBytesProcessed(st.iterations() * (int64_t)(2 * k.size() * 2));
+  st.SetBytesProcessed(st.iterations() * n_layers * (int64_t)(2 * bytes));
+}
+
+// Storing one token's K (or V) row of that layer (8 x 64 floats) into a Q8_0 cache.
+void BM_QuantizeKvRow(benchmark::State& st, Isa isa) {
+  std::vector<float> x(8 * 64);
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd;
+  for (auto& e : x) e = nd(rng);
+  std::vector<BlockQ8_0> out(x.size() / kQK);
+  const QuantizeQ8_0Fn f = quantize_q8_0_kernel(isa);
+  for (auto _ : st) {
+    f(x.data(), out.data(), (int64_t)x.size());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * (int64_t)x.size());
 }
 
 int register_all() {
@@ -206,7 +238,12 @@ int register_all() {
     }
     benchmark::RegisterBenchmark(("f32_tile_2x4" + at).c_str(), BM_F32Tile, isa);
     benchmark::RegisterBenchmark(("quantize_act" + at).c_str(), BM_QuantizeAct, isa);
-    benchmark::RegisterBenchmark(("attention_decode" + at).c_str(), BM_AttentionDecode, isa)->Arg(512)->Arg(4096);
+    for (DType kv : {DType::F16, DType::Q8_0}) {
+      const std::string name = "attention_decode/" + std::string(dtype_name(kv)) + at;
+      benchmark::RegisterBenchmark(name.c_str(), BM_AttentionDecode, isa, kv, 1)->Arg(512)->Arg(4096);
+      benchmark::RegisterBenchmark((name + "/16_layers").c_str(), BM_AttentionDecode, isa, kv, 16)->Arg(4096);
+    }
+    benchmark::RegisterBenchmark(("quantize_kv_row/Q8_0" + at).c_str(), BM_QuantizeKvRow, isa);
   }
   return 0;
 }

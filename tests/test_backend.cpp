@@ -5,10 +5,12 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/forward_batch.h"
+#include "kernels/cpu/dot.h"
 #include "kernels/cpu/ops.h"
 
 namespace tandem {
@@ -114,33 +116,69 @@ TEST(CpuBackend, OwnsItsThreadCount) {
   EXPECT_EQ(omp_get_max_threads(), before);
 }
 
-// K,V stored at a batch's slots in a pool of blocks, then attention through the block table,
-// gives exactly what the contiguous cache (one block of the whole context) gives.
+// K,V stored at a batch's slots in a pool of blocks (CpuBackend::new_kv_store), then attention
+// through the block table, gives exactly what the contiguous cache (one block of the whole
+// context) gives, for each KV dtype. The stored rows are the dtype's encoding of K and V (Q8_0:
+// ggml's blocks, as the kernels' quantizer writes them), and the f16 and q8_0 caches' outputs
+// stay near the f32 cache's.
 TEST(CpuBackend, PagedStoreAndAttentionEqualContiguous) {
   CpuBackend be;
   const HeadShape h{4, 2, 64};
   const int64_t n = 21, kv_dim = h.n_kv_head * h.head_dim, q_dim = h.n_head * h.head_dim;
+  const std::vector<float> kf = ramp(n * kv_dim, 0.021f), vf = ramp(n * kv_dim, 0.017f);
   const Tensor q = be.upload(ramp(n * q_dim, 0.013f), n, q_dim);
-  const Tensor k = be.upload(ramp(n * kv_dim, 0.021f), n, kv_dim);
-  const Tensor v = be.upload(ramp(n * kv_dim, 0.017f), n, kv_dim);
+  const Tensor k = be.upload(kf, n, kv_dim), v = be.upload(vf, n, kv_dim);
   std::vector<int32_t> tokens(n, 0);
-  auto run = [&](int block_tokens, int64_t n_blocks, std::vector<int32_t> table) {
-    const size_t row = (size_t)kv_dim * 2;
-    std::vector<uint8_t> mem(2 * (size_t)block_tokens * row * (size_t)n_blocks);
-    const KvStore kv{mem.data(), DType::F16, 1, block_tokens, n_blocks, row};
+  auto run = [&](DType dtype, int block_tokens, int64_t n_blocks, std::vector<int32_t> table) {
+    const size_t row = kv_row_bytes(dtype, h.n_kv_head, h.head_dim).value();
+    auto store = be.new_kv_store(dtype, 2, block_tokens, n_blocks, row);
+    EXPECT_TRUE(store.ok());
+    const KvStore kv = store.value();
     ForwardBatch b(block_tokens);
     EXPECT_TRUE(b.add_sequence(tokens, 0, table, ForwardBatch::Logits::None).ok());
     const Tensor out = be.new_tensor(n, q_dim);
     be.run_pass(n, [&] {
-      be.store_kv(k, v, kv, 0, b);
-      be.attention(q, kv, 0, b, h, out);
+      be.store_kv(k, v, kv, 1, b);
+      be.attention(q, kv, 1, b, h, out);
     });
+    // Each position's K and V bytes (layer 1) against the dtype's encoding of its floats.
+    for (int64_t t = 0; t < n; t++) {
+      const uint8_t* at = kv.data + (size_t)table[(size_t)(t / block_tokens)] * kv.block_bytes() +
+                          (size_t)(t % block_tokens) * row;
+      for (int which = 0; which < 2; which++) {
+        const float* x = (which == 0 ? kf : vf).data() + t * kv_dim;
+        std::vector<uint8_t> want(row);
+        if (dtype == DType::Q8_0) cpu::quantize_q8_0_scalar(x, want.data(), kv_dim);
+        if (dtype == DType::F16) cpu::f32_to_f16_scalar(x, reinterpret_cast<uint16_t*>(want.data()), kv_dim);
+        if (dtype == DType::F32) std::memcpy(want.data(), x, row);
+        const uint8_t* got = at + (which == 0 ? kv.k_offset(1) : kv.v_offset(1));
+        EXPECT_EQ(std::vector<uint8_t>(got, got + row), want) << dtype_name(dtype) << " position " << t << " " << "KV"[which];
+      }
+    }
     return std::vector<float>(be.read(out).begin(), be.read(out).end());
   };
-  const std::vector<float> contiguous = run(32, 1, {0});
-  const std::vector<float> paged = run(4, 8, {6, 1, 7, 0, 3, 5});  // blocks out of order
-  ASSERT_EQ(contiguous.size(), paged.size());
-  for (size_t i = 0; i < contiguous.size(); i++) ASSERT_EQ(contiguous[i], paged[i]) << i;
+  const std::vector<float> f32 = run(DType::F32, 32, 1, {0});
+  for (DType dtype : {DType::F16, DType::Q8_0, DType::F32}) {
+    const std::vector<float> contiguous = run(dtype, 32, 1, {0});
+    const std::vector<float> paged = run(dtype, 4, 8, {6, 1, 7, 0, 3, 5});  // blocks out of order
+    ASSERT_EQ(contiguous.size(), paged.size());
+    for (size_t i = 0; i < contiguous.size(); i++) {
+      ASSERT_EQ(contiguous[i], paged[i]) << dtype_name(dtype) << " " << i;
+      ASSERT_NEAR(contiguous[i], f32[i], dtype == DType::Q8_0 ? 2e-2 : 2e-3) << dtype_name(dtype) << " " << i;
+    }
+  }
+}
+
+// A q8_0 store is ggml's block_q8_0 rows: 34 bytes per 32 elements, head h of a row at
+// h * head_dim / 32 * 34 (the kernels read it there); half an f16 store, plus the scales.
+TEST(CpuBackend, Q8_0KvStoreSizes) {
+  EXPECT_EQ(kv_row_bytes(DType::Q8_0, 3, 64).value(), 3u * 2 * 34);
+  EXPECT_EQ(kv_row_bytes(DType::F16, 3, 64).value(), 3u * 64 * 2);
+  EXPECT_FALSE(kv_row_bytes(DType::Q8_0, 2, 48).ok());  // heads must be whole blocks
+  CpuBackend be;
+  auto kv = be.new_kv_store(DType::Q8_0, 30, 16, 10, kv_row_bytes(DType::Q8_0, 3, 64).value());
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv.value().bytes(), 10u * 30 * 2 * 16 * 204);
 }
 
 }  // namespace

@@ -508,3 +508,212 @@ TEST(Kernels, AttentionMatchesDirectFormula) {
 
 }  // namespace
 }  // namespace tandem::cpu
+
+namespace tandem::cpu {
+namespace {
+
+std::vector<uint8_t> quantize_q8_0_with(QuantizeQ8_0Fn f, const std::vector<float>& x) {
+  std::vector<uint8_t> out(x.size() / kQK * sizeof(BlockQ8_0));
+  f(x.data(), out.data(), (int64_t)x.size());
+  return out;
+}
+
+// Two blocks whose bytes are worked out by hand (and agree with the gguf package's Q8_0, itself
+// bit-exact with ggml's quantize_row_q8_0_ref): block 0 has amax 127, so d = 1 and the halves
+// show the rounding (away from zero: 2.5 -> 3, -126.5 -> -127, 0.5 -> 1, where rounding to even
+// gives 2, -126, 0); block 1 is 0.5 j, so d = 15.5 / 127 = fp16 0x2FD0 and q = round(4.0968 j).
+// The layout is ggml's block_q8_0: d (fp16, little-endian), then 32 int8; the dequantizer reads
+// it back. An all-zero block has d = 0 and q = 0.
+TEST(Kernels, Q8_0QuantizerWritesGgmlBlocks) {
+  std::vector<float> x = {127.0f, -126.5f, 2.5f, -2.5f, 0.5f, -0.5f, std::nextafter(0.5f, 0.0f),
+                          std::nextafter(1.5f, 0.0f), -0.0f, 3.25f};
+  for (int j = 10; j < 32; j++) x.push_back((float)j - 16.5f);
+  for (int j = 0; j < 32; j++) x.push_back(0.5f * (float)j);
+  for (int j = 0; j < 32; j++) x.push_back(0.0f);
+  const std::vector<int8_t> q0 = {127, -127, 3,  -3, 1,  -1, 0,  1,  0,  3,  -7, -6, -5, -4, -3, -2,
+                                  -1,  1,    2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15};
+  const std::vector<int8_t> q1 = {0,  4,  8,  12, 16, 20, 25,  29,  33,  37,  41,  45,  49,  53,  57,  61,
+                                  66, 70, 74, 78, 82, 86, 90, 94, 98, 102, 107, 111, 115, 119, 123, 127};
+  std::vector<uint8_t> want = {0x00, 0x3C};
+  for (int8_t q : q0) want.push_back((uint8_t)q);
+  want.push_back(0xD0), want.push_back(0x2F);
+  for (int8_t q : q1) want.push_back((uint8_t)q);
+  want.insert(want.end(), 34, 0);
+  ASSERT_EQ(want.size(), 3 * sizeof(BlockQ8_0));
+  for (Isa isa : supported_isas()) {
+    const std::vector<uint8_t> got = quantize_q8_0_with(quantize_q8_0_kernel(isa), x);
+    ASSERT_EQ(got, want) << isa_name(isa);
+    std::vector<float> back(x.size());
+    ASSERT_TRUE(dequantize_row(DType::Q8_0, got.data(), back.data(), (int64_t)back.size()));
+    EXPECT_EQ(back[1], -127.0f);
+    EXPECT_EQ(back[32 + 31], fp16_to_fp32(0x2FD0) * 127.0f);
+  }
+  EXPECT_EQ(quantize_q8_0_with(quantize_q8_0, x), want);  // the best level, as the KV store calls it
+}
+
+// Every level writes the scalar twin's bytes: random blocks at scales from subnormal to 1e30,
+// blocks of exact ties (amax 127 * 2^e, so id = 2^-e and (k + 1/2) 2^e lands on a half), and
+// blocks holding zeros, signed zeros, infinities and NaNs. Blocks whose d fits fp16 round-trip
+// within about half a step: |x - d q| <= d / 2 plus the fp16 rounding of d (127 d 2^-11).
+TEST(Kernels, Q8_0QuantizerSameBytesOnEveryIsa) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  std::vector<float> x;
+  for (float scale : {1.0f, 1e-3f, 37.0f, 1e-20f, 1e-39f, 1e30f})
+    for (int b = 0; b < 8; b++)
+      for (int j = 0; j < kQK; j++) x.push_back(scale * nd(rng));
+  const size_t finite = x.size();
+  for (int e : {-20, -3, 0, 4}) {
+    for (int j = 0; j < kQK; j++) {
+      const int k = (int)(rng() % 254) - 127;  // (k + 1/2) with |k + 1/2| < 127
+      x.push_back(std::ldexp(j == 0 ? 127.0f : (float)k + 0.5f, e));
+    }
+  }
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -3.0f, 1e-45f};
+  for (int b = 0; b < 6; b++)
+    for (int j = 0; j < kQK; j++) x.push_back(rng() % 4 == 0 ? specials[(b + j) % 8] : nd(rng));
+  const std::vector<uint8_t> want = quantize_q8_0_with(quantize_q8_0_scalar, x);
+  for (Isa isa : supported_isas()) {
+    for (size_t n : {x.size(), (size_t)kQK, (size_t)3 * kQK}) {
+      const std::vector<float> part(x.begin(), x.begin() + (ptrdiff_t)n);
+      const std::vector<uint8_t> got = quantize_q8_0_with(quantize_q8_0_kernel(isa), part);
+      for (size_t i = 0; i < got.size(); i++)
+        ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " block " << i / 34 << " byte " << i % 34;
+    }
+  }
+  const auto* blocks = reinterpret_cast<const BlockQ8_0*>(want.data());
+  int checked = 0;
+  for (size_t b = 0; b < finite / kQK; b++) {
+    float amax = 0;
+    for (int j = 0; j < kQK; j++) amax = std::max(amax, std::fabs(x[b * kQK + j]));
+    if (amax / 127.0f > 65504.0f) {  // past fp16: d is infinite, in ggml too
+      ASSERT_EQ(blocks[b].d, 0x7C00);
+      continue;
+    }
+    checked++;
+    const float d = fp16_to_fp32(blocks[b].d);
+    for (int j = 0; j < kQK; j++) {
+      const float back = d * blocks[b].qs[j];
+      // Scales below fp16's range store d = 0 (or a subnormal): the block decodes to ~0.
+      const double tol = 0.5 * amax / 127.0 + 127.0 * amax / 127.0 / 2048.0 + 127.0 * 6e-8;
+      ASSERT_LE(std::fabs((double)back - x[b * kQK + j]), tol) << "block " << b << " element " << j;
+    }
+  }
+  EXPECT_EQ(checked, 40);
+  // The exact ties round away from zero: q = k + 1 for k >= 0, k for k < 0.
+  for (size_t b = finite / kQK; b < finite / kQK + 4; b++)
+    for (int j = 1; j < kQK; j++) {
+      const float t = x[b * kQK + j] / std::ldexp(1.0f, (int)std::ilogb(x[b * kQK]) - 6);  // k + 1/2
+      ASSERT_EQ(blocks[b].qs[j], (int)(t > 0 ? t + 0.5f : t - 0.5f)) << "tie " << t;
+    }
+}
+
+// y += a x over a Q8_0 row equals the same kernel level's y += a x over the row's dequantized
+// floats, bit for bit (each element is d * q exactly): the generic attention path's sums over a
+// Q8_0 cache are its sums over an F32 cache of the same values.
+TEST(Kernels, Q8_0AxpyEqualsF32AxpyOfDequantizedEveryIsa) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {32, 64, 96, 128, 320}) {
+    std::vector<float> x(n), y0(n);
+    for (int64_t i = 0; i < n; i++) x[i] = nd(rng), y0[i] = nd(rng);
+    const std::vector<uint8_t> q = quantize_q8_0_with(quantize_q8_0_scalar, x);
+    std::vector<float> deq(n);
+    ASSERT_TRUE(dequantize_row(DType::Q8_0, q.data(), deq.data(), n));
+    for (Isa isa : supported_isas()) {
+      ASSERT_NE(axpy_kernel(DType::Q8_0, isa), nullptr);
+      std::vector<float> got(y0), want(y0);
+      axpy_kernel(DType::Q8_0, isa)(0.37f, q.data(), got.data(), n);
+      axpy_kernel(DType::F32, isa)(0.37f, deq.data(), want.data(), n);
+      for (int64_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " n=" << n << " i=" << i;
+      EXPECT_NEAR(row_dot_kernel(DType::Q8_0, isa)(q.data(), y0.data(), n), f32_dot_scalar(deq.data(), y0.data(), n),
+                  1e-4 * n);
+    }
+  }
+}
+
+// Attention over a Q8_0 K/V cache: against a float64 evaluation on the dequantized values,
+// for head sizes the SIMD kernels take (64, 128) and ones the generic path takes (32, 96), GQA
+// (3 and 4 query heads per KV head), rows on both sides of the 256-key segment boundary, few
+// rows (decode) and many (prefill), on every ISA level. Bit for bit: each row alone equals the
+// rows together (decode == prefill), the paged cache (blocks out of order) equals the
+// contiguous one, and wherever the kernel widens rows itself (the SIMD kernels; the scalar
+// path, which dequantizes) the result equals the same kernel over an F32 cache of the
+// dequantized values.
+TEST(Kernels, AttentionOverQ8_0CacheEveryIsa) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  struct Case {
+    int64_t n_ctx, pos0, n_q;
+    int n_head, n_kv_head;
+  };
+  for (const Case c : {Case{40, 21, 19, 6, 2}, Case{300, 250, 19, 8, 2}, Case{600, 500, 3, 6, 2}, Case{600, 598, 2, 8, 2}})
+    for (int hd : {32, 64, 96, 128}) {
+      const AttentionShape s{c.n_head, c.n_kv_head, hd};
+      const int group = c.n_head / c.n_kv_head;
+      const int64_t kvd = (int64_t)c.n_kv_head * hd, qd = (int64_t)c.n_head * hd, n_q = c.n_q, pos0 = c.pos0;
+      std::vector<float> k(c.n_ctx * kvd), v(c.n_ctx * kvd), q(n_q * qd);
+      for (auto* vec : {&k, &v, &q})
+        for (auto& e : *vec) e = nd(rng);
+      for (size_t j = 0; j < k.size(); j += 7) k[j] *= 4.0f;  // uneven block scales
+      const std::vector<uint8_t> kq = quantize_q8_0_with(quantize_q8_0_scalar, k), vq = quantize_q8_0_with(quantize_q8_0_scalar, v);
+      std::vector<float> kd(k.size()), vd(v.size());
+      ASSERT_TRUE(dequantize_row(DType::Q8_0, kq.data(), kd.data(), (int64_t)kd.size()));
+      ASSERT_TRUE(dequantize_row(DType::Q8_0, vq.data(), vd.data(), (int64_t)vd.size()));
+      // The paged copy: 16-token blocks, placed in reverse order in a pool with K then V per block.
+      const int bt = 16;
+      const int64_t n_blocks = (c.n_ctx + bt - 1) / bt;
+      const size_t row = kq.size() / (size_t)c.n_ctx;
+      std::vector<uint8_t> pool((size_t)n_blocks * 2 * bt * row);
+      std::vector<int32_t> table(n_blocks);
+      for (int64_t b = 0; b < n_blocks; b++) table[b] = (int32_t)(n_blocks - 1 - b);
+      for (int64_t t = 0; t < c.n_ctx; t++) {
+        uint8_t* at = pool.data() + (size_t)table[t / bt] * 2 * bt * row + (size_t)(t % bt) * row;
+        std::memcpy(at, kq.data() + t * row, row);
+        std::memcpy(at + bt * row, vq.data() + t * row, row);
+      }
+      const PagedKvView view{pool.data(), 2 * bt * row, 0, bt * row, row, bt, table.data()};
+      std::vector<int64_t> pos(n_q);
+      std::vector<int> seq(n_q, 0);
+      for (int64_t i = 0; i < n_q; i++) pos[i] = pos0 + i;
+      for (Isa isa : supported_isas()) {
+        const auto kern = CpuKernels::for_isa(isa);
+        const std::string at = std::string(isa_name(isa)) + " head_dim " + std::to_string(hd) + " pos0 " + std::to_string(pos0);
+        std::vector<float> out(n_q * qd), as_f32(n_q * qd), paged(n_q * qd), one(qd);
+        attention(q.data(), kq.data(), vq.data(), DType::Q8_0, n_q, pos0, s, out.data(), kern);
+        attention(q.data(), kd.data(), vd.data(), DType::F32, n_q, pos0, s, as_f32.data(), kern);
+        attention_paged(q.data(), n_q, pos.data(), seq.data(), &view, DType::Q8_0, s, paged.data(), kern);
+        const bool widened_in_kernel = isa == Isa::Scalar || hd == 64 || hd == 128;
+        for (int64_t j = 0; j < n_q * qd; j++) {
+          ASSERT_EQ(paged[j], out[j]) << "paged, " << at;
+          if (widened_in_kernel) {
+            ASSERT_EQ(as_f32[j], out[j]) << "F32 of the dequantized values, " << at;
+          }
+        }
+        for (int64_t i = 0; i < n_q; i++) {
+          attention(q.data() + i * qd, kq.data(), vq.data(), DType::Q8_0, 1, pos0 + i, s, one.data(), kern);
+          for (int64_t j = 0; j < qd; j++) ASSERT_EQ(one[j], out[i * qd + j]) << "row " << i << " alone, " << at;
+          for (int h = 0; h < c.n_head; h++) {
+            const int kvh = h / group;
+            std::vector<double> sc(pos0 + i + 1);
+            double mx = -1e30, sum = 0;
+            for (int64_t t = 0; t <= pos0 + i; t++) {
+              double d = 0;
+              for (int j = 0; j < hd; j++) d += (double)q[i * qd + h * hd + j] * kd[t * kvd + kvh * hd + j];
+              sc[t] = d / std::sqrt((double)hd);
+              mx = std::max(mx, sc[t]);
+            }
+            for (auto& e : sc) sum += (e = std::exp(e - mx));
+            for (int j = 0; j < hd; j++) {
+              double o = 0;
+              for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * vd[t * kvd + kvh * hd + j];
+              ASSERT_NEAR(out[i * qd + h * hd + j], o, 2e-5) << at << " row " << i << " head " << h;
+            }
+          }
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace tandem::cpu

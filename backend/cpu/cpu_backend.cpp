@@ -220,6 +220,9 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, i
     if (kv.dtype == DType::F16) {
       cpu::f32_to_f16(ks, reinterpret_cast<uint16_t*>(block + kv.k_offset(layer)), row);
       cpu::f32_to_f16(vs, reinterpret_cast<uint16_t*>(block + kv.v_offset(layer)), row);
+    } else if (kv.dtype == DType::Q8_0) {  // row / 32 GGML blocks; head_dim % 32 == 0, so heads start on a block
+      cpu::quantize_q8_0(ks, block + kv.k_offset(layer), row);
+      cpu::quantize_q8_0(vs, block + kv.v_offset(layer), row);
     } else {
       std::memcpy(block + kv.k_offset(layer), ks, (size_t)row * sizeof(float));
       std::memcpy(block + kv.v_offset(layer), vs, (size_t)row * sizeof(float));

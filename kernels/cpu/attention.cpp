@@ -183,18 +183,21 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
 
 using RowPair = std::pair<const uint8_t*, const uint8_t*>;  // K row, V row
 
+// Bytes of one head's head_dim elements in the cache: 4 or 2 per element (F32, F16), or
+// head_dim / 32 blocks of 34 (Q8_0), so head h of a row starts at h * head_bytes.
+size_t head_bytes(DType kv_type, int head_dim) { return row_bytes(*dtype_info((uint32_t)kv_type), (uint64_t)head_dim); }
+
 }  // namespace
 
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& s, float* out, const CpuKernels& kernels) {
-  const size_t elem = kv_type == DType::F16 ? 2 : 4;
-  const size_t row_bytes = (size_t)s.n_kv_head * s.head_dim * elem, head_bytes = (size_t)s.head_dim * elem;
+  const size_t head = head_bytes(kv_type, s.head_dim), row = (size_t)s.n_kv_head * head;
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
   attend(
       q, n_q, pos0 + n_q, [pos0](int64_t i) { return pos0 + i; },
       [=](int64_t, int64_t t, int kvh) {
-        const size_t at = (size_t)t * row_bytes + (size_t)kvh * head_bytes;
+        const size_t at = (size_t)t * row + (size_t)kvh * head;
         return RowPair(kb + at, vb + at);
       },
       kv_type, s, out, kernels);
@@ -202,7 +205,7 @@ void attention(const float* q, const void* k, const void* v, DType kv_type, int6
 
 void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int* seq, const PagedKvView* views,
                      DType kv_type, const AttentionShape& s, float* out, const CpuKernels& kernels) {
-  const size_t head_bytes = (size_t)s.head_dim * (kv_type == DType::F16 ? 2 : 4);
+  const size_t head = head_bytes(kv_type, s.head_dim);
   int64_t max_keys = 0;
   for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, pos[i] + 1);
   attend(
@@ -210,7 +213,7 @@ void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int*
       [=](int64_t i, int64_t t, int kvh) {
         const PagedKvView& kv = views[seq[i]];
         const uint8_t* block = kv.pool + (size_t)kv.table[t / kv.block_tokens] * kv.block_bytes +
-                               (size_t)(t % kv.block_tokens) * kv.row_bytes + (size_t)kvh * head_bytes;
+                               (size_t)(t % kv.block_tokens) * kv.row_bytes + (size_t)kvh * head;
         return RowPair(block + kv.k_offset, block + kv.v_offset);
       },
       kv_type, s, out, kernels);

@@ -18,7 +18,7 @@ struct AttentionShape {
 
 // For query rows i in [0, n_q) at position pos0 + i, attends over cached positions
 // [0, pos0 + i] (causal). q: [n_q, n_head * head_dim]; k, v: [n_ctx, n_kv_head * head_dim]
-// of kv_type (F32 or F16); out: [n_q, n_head * head_dim]. Scores live in a per-thread
+// of kv_type (F32, F16, or Q8_0: each head head_dim / 32 GGML blocks); out: [n_q, n_head * head_dim]. Scores live in a per-thread
 // buffer of one key segment, never as a full [n_q, n_ctx] matrix. Like matmul_group, inside
 // a parallel region every thread of the team must call it (the work is shared among them).
 //
@@ -39,7 +39,8 @@ void attention(const float* q, const void* k, const void* v, DType kv_type, int6
 using AttendHeadsFn = void (*)(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows,
                                const uint8_t* const* v_rows, int64_t n_keys, float scale, float* scores,
                                int64_t scores_stride, float* out, float* stats);
-// AVX-512 (attention_avx512.cpp), head_dim 64 or 128, F16 or F32 cache; nullptr otherwise.
+// AVX-512 (attention_avx512.cpp), head_dim 64 or 128, F32, F16 or Q8_0 cache (a Q8_0 cache
+// gives exactly what an F32 cache of its dequantized values gives); nullptr otherwise.
 AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim);
 // AVX2 (attention_avx2.cpp), the same shapes and cache types; nullptr otherwise.
 AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim);

@@ -13,6 +13,9 @@
 #include "kernels/cpu/attention.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// GCC 12 cannot see that the key folds assign s2 and s4 before reading them (the first of
+// each group assigns): -Wmaybe-uninitialized, as in the AVX-512 kernel.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -61,18 +64,25 @@ void softmax8(float* s, int64_t n, float* stat) {
   if (t < n) _mm256_maskstore_ps(s + t, tail, _mm256_mul_ps(_mm256_maskload_ps(s + t, tail), inv));
 }
 
-template <bool F16>
+// Elements [8v, 8v + 8) of one head's K or V row, as floats; a Q8_0 row's int8 meet their
+// block's fp16 scale d, exactly (d * q is exact in float: the dequantized values).
+template <DType T>
 inline __m256 load8(const uint8_t* row, int v) {
-  if constexpr (F16)
+  if constexpr (T == DType::F16) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row) + v));
-  else
+  } else if constexpr (T == DType::Q8_0) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + v / 4;
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + 8 * (v % 4)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(avx2::half(b->d)));
+  } else {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * v);
+  }
 }
 
 // Each head's 8 lane sums of key t's dot product (keys past the end give
 // zeros): even and odd vectors in two chains, added at the end (half the
 // latency of one chain: single heads, as decode runs them, ~6% faster).
-template <bool F16, int NV, int HC>
+template <DType T, int NV, int HC>
 inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m256 acc[HC]) {
   if (t >= n_keys) {
     for (int h = 0; h < HC; h++) acc[h] = _mm256_setzero_ps();
@@ -80,13 +90,13 @@ inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, i
   }
   const uint8_t* row = k_rows[t];
   __m256 odd[HC];
-  __m256 k0 = load8<F16>(row, 0), k1 = load8<F16>(row, 1);
+  __m256 k0 = load8<T>(row, 0), k1 = load8<T>(row, 1);
   for (int h = 0; h < HC; h++) {
     acc[h] = _mm256_mul_ps(k0, _mm256_loadu_ps(q + h * 8 * NV));
     odd[h] = _mm256_mul_ps(k1, _mm256_loadu_ps(q + h * 8 * NV + 8));
   }
   for (int v = 2; v < NV; v += 2) {
-    k0 = load8<F16>(row, v), k1 = load8<F16>(row, v + 1);
+    k0 = load8<T>(row, v), k1 = load8<T>(row, v + 1);
     for (int h = 0; h < HC; h++) {
       acc[h] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q + h * 8 * NV + 8 * v), acc[h]);
       odd[h] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q + h * 8 * NV + 8 * v + 8), odd[h]);
@@ -111,7 +121,7 @@ inline __m256 fold3(__m256 e, __m256 f) {
 }
 
 // NV vectors per head, HC heads at once.
-template <bool F16, int NV, int HC>
+template <DType T, int NV, int HC>
 void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
            float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int D = 8 * NV;
@@ -120,8 +130,8 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
     __m256 s4[HC], s2[HC], a[HC], b[HC];
     for (int i4 = 0; i4 < 8; i4 += 4) {
       for (int i2 = i4; i2 < i4 + 4; i2 += 2) {
-        lane_dots<F16, NV, HC>(q, k_rows, t0 + i2, n_keys, a);
-        lane_dots<F16, NV, HC>(q, k_rows, t0 + i2 + 1, n_keys, b);
+        lane_dots<T, NV, HC>(q, k_rows, t0 + i2, n_keys, a);
+        lane_dots<T, NV, HC>(q, k_rows, t0 + i2 + 1, n_keys, b);
         for (int h = 0; h < HC; h++) {
           const __m256 ab = fold1(a[h], b[h]);
           s2[h] = i2 == i4 ? ab : fold2(s2[h], ab);
@@ -157,7 +167,7 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
         }
       auto key = [&](int64_t t, __m256(&o)[HC][VC]) {
         __m256 x[VC];
-        for (int v = 0; v < VC; v++) x[v] = load8<F16>(v_rows[t], v0 + v);
+        for (int v = 0; v < VC; v++) x[v] = load8<T>(v_rows[t], v0 + v);
         for (int h = 0; h < HC; h++) {
           const __m256 p = _mm256_broadcast_ss(scores + h * scores_stride + t);
           for (int v = 0; v < VC; v++) o[h][v] = _mm256_fmadd_ps(p, x[v], o[h][v]);
@@ -181,7 +191,7 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
     _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_load_ps(odd + i)));
 }
 
-template <bool F16, int NV>
+template <DType T, int NV>
 void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
              float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int kMax = 3;  // 4 x HC score registers plus the key vector fit in 16
@@ -193,26 +203,26 @@ void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const ui
     float* st = stats ? stats + 2 * h0 : nullptr;
     switch (std::min(kMax, n_heads - h0)) {
       case 1:
-        heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st);
+        heads<T, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st);
         break;
       case 2:
-        heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st);
+        heads<T, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st);
         break;
       default:
-        heads<F16, NV, 3>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st);
+        heads<T, NV, 3>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st);
         break;
     }
   }
 }
 
-template <bool F16>
+template <DType T>
 void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   switch (head_dim) {
     case 64:
-      return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+      return heads_n<T, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     case 128:
-      return heads_n<F16, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+      return heads_n<T, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     default:
       return;
   }
@@ -220,12 +230,17 @@ void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k
 
 void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+  dispatch<DType::F16>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
 }
 
 void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+  dispatch<DType::F32>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+}
+
+void heads_q8_0(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
+  dispatch<DType::Q8_0>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
 }
 
 }  // namespace
@@ -234,6 +249,7 @@ AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim) {
   if (head_dim != 64 && head_dim != 128) return nullptr;
   if (kv_type == DType::F16) return heads_f16;
   if (kv_type == DType::F32) return heads_f32;
+  if (kv_type == DType::Q8_0) return heads_q8_0;
   return nullptr;
 }
 

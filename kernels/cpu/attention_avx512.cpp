@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "kernels/cpu/exp_avx512.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace tandem::cpu {
 
@@ -47,21 +48,32 @@ void softmax16(float* s, int64_t n, float* stat) {
   if (t < n) _mm512_mask_storeu_ps(s + t, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + t), inv));
 }
 
-template <bool F16>
+// Elements [16v, 16v + 16) of one head's K or V row, as floats. A Q8_0 row is blocks of 32
+// (fp16 scale d, then 32 int8 q): the int8 widen and meet their block's d, and d * q is exact
+// in float, so the kernel sees exactly the dequantized values (an F32 cache of them gives the
+// same floats).
+template <DType T>
 inline __m512 load16(const uint8_t* row, int v) {
-  if constexpr (F16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + v));
-  else return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * v);
+  if constexpr (T == DType::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row) + v));
+  } else if constexpr (T == DType::Q8_0) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + v / 2;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16 * (v % 2)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_cvtsh_ss(b->d)));
+  } else {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * v);
+  }
 }
 
 // Each head's 16 lane sums of key t's dot product (keys past the end give zeros).
-template <bool F16, int NV, int HC>
+template <DType T, int NV, int HC>
 inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, int64_t n_keys, __m512 acc[HC]) {
   if (t >= n_keys) {
     for (int h = 0; h < HC; h++) acc[h] = _mm512_setzero_ps();
     return;
   }
   __m512 k[NV];
-  for (int v = 0; v < NV; v++) k[v] = load16<F16>(k_rows[t], v);
+  for (int v = 0; v < NV; v++) k[v] = load16<T>(k_rows[t], v);
   for (int h = 0; h < HC; h++) {
     acc[h] = _mm512_mul_ps(k[0], _mm512_loadu_ps(q + h * 16 * NV));
     for (int v = 1; v < NV; v++) acc[h] = _mm512_fmadd_ps(k[v], _mm512_loadu_ps(q + h * 16 * NV + 16 * v), acc[h]);
@@ -80,7 +92,7 @@ inline __m512 fold3(__m512 e, __m512 f) { return _mm512_add_ps(_mm512_shuffle_ps
 inline __m512 fold4(__m512 g, __m512 h) { return _mm512_add_ps(_mm512_shuffle_ps(g, h, 0x88), _mm512_shuffle_ps(g, h, 0xDD)); }
 
 // NV vectors per head, HC heads at once.
-template <bool F16, int NV, int HC>
+template <DType T, int NV, int HC>
 void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys, float scale,
            float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int D = 16 * NV;
@@ -90,8 +102,8 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
     for (int i8 = 0; i8 < 16; i8 += 8) {
       for (int i4 = i8; i4 < i8 + 8; i4 += 4) {
         for (int i2 = i4; i2 < i4 + 4; i2 += 2) {
-          lane_dots<F16, NV, HC>(q, k_rows, t0 + i2, n_keys, a);
-          lane_dots<F16, NV, HC>(q, k_rows, t0 + i2 + 1, n_keys, b);
+          lane_dots<T, NV, HC>(q, k_rows, t0 + i2, n_keys, a);
+          lane_dots<T, NV, HC>(q, k_rows, t0 + i2 + 1, n_keys, b);
           for (int h = 0; h < HC; h++) {
             const __m512 ab = fold1(a[h], b[h]);
             s2[h] = i2 == i4 ? ab : fold2(s2[h], ab);
@@ -112,7 +124,7 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
     for (int v = 0; v < NV; v++) o[h][v] = _mm512_setzero_ps();
   for (int64_t t = 0; t < n_keys; t++) {
     __m512 x[NV];
-    for (int v = 0; v < NV; v++) x[v] = load16<F16>(v_rows[t], v);
+    for (int v = 0; v < NV; v++) x[v] = load16<T>(v_rows[t], v);
     for (int h = 0; h < HC; h++) {
       const __m512 p = _mm512_set1_ps(scores[h * scores_stride + t]);
       for (int v = 0; v < NV; v++) o[h][v] = _mm512_fmadd_ps(p, x[v], o[h][v]);
@@ -122,7 +134,7 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
     for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + h * D + 16 * v, o[h][v]);
 }
 
-template <bool F16, int NV>
+template <DType T, int NV>
 void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
              float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int kMax = NV <= 4 ? 4 : 2;  // HC x NV accumulators plus NV row vectors fit in 32 registers
@@ -133,31 +145,35 @@ void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const ui
     float* oh = out + h0 * D;
     float* st = stats ? stats + 2 * h0 : nullptr;
     switch (std::min(kMax, n_heads - h0)) {
-      case 1: heads<F16, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
-      case 2: heads<F16, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
-      case 3: heads<F16, NV, (kMax >= 3 ? 3 : 1)>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
-      default: heads<F16, NV, kMax>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      case 1: heads<T, NV, 1>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      case 2: heads<T, NV, 2>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      case 3: heads<T, NV, (kMax >= 3 ? 3 : 1)>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
+      default: heads<T, NV, kMax>(qh, k_rows, v_rows, n_keys, scale, sh, scores_stride, oh, st); break;
     }
   }
 }
 
-template <bool F16>
+template <DType T>
 void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   switch (head_dim) {
-    case 64: return heads_n<F16, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 128: return heads_n<F16, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 64: return heads_n<T, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 128: return heads_n<T, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     default: return;
   }
 }
 
 void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<true>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+  dispatch<DType::F16>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
 }
 void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<false>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+  dispatch<DType::F32>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+}
+void heads_q8_0(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
+  dispatch<DType::Q8_0>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
 }
 
 }  // namespace
@@ -166,6 +182,7 @@ AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim) {
   if (head_dim != 64 && head_dim != 128) return nullptr;
   if (kv_type == DType::F16) return heads_f16;
   if (kv_type == DType::F32) return heads_f32;
+  if (kv_type == DType::Q8_0) return heads_q8_0;
   return nullptr;
 }
 

@@ -1,9 +1,11 @@
 #include "kernels/cpu/dot.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/fp16.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace tandem::cpu {
 
@@ -64,6 +66,31 @@ void f32_to_f16(const float* x, uint16_t* out, int64_t n) {
   best(x, out, n);
 }
 
+void quantize_q8_0_scalar(const float* x, void* out, int64_t n) {
+  auto* b = static_cast<BlockQ8_0*>(out);
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; j++) amax = std::max(amax, std::fabs(x[j]));  // a NaN never wins
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK; j++) {
+      const float r = std::round(x[j] * id);  // halves away from zero, as roundf
+      b[i].qs[j] = r != r ? 0 : (int8_t)std::clamp(r, -127.0f, 127.0f);
+    }
+  }
+}
+
+QuantizeQ8_0Fn quantize_q8_0_kernel(Isa isa) {
+  if (isa == Isa::Avx512) return quantize_q8_0_avx512;
+  return has_avx2(isa) ? quantize_q8_0_avx2 : quantize_q8_0_scalar;
+}
+
+void quantize_q8_0(const float* x, void* out, int64_t n) {
+  static const QuantizeQ8_0Fn best = quantize_q8_0_kernel(best_isa());
+  best(x, out, n);
+}
+
 void f32_tile_scalar(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   for (int t = 0; t < 4; t++)
     for (int r = 0; r < 2; r++) out[t * 2 + r] = f32_dot_scalar(a + r * a_stride, b + t * b_stride, n);
@@ -79,6 +106,14 @@ F32TileFn f32_tile_kernel(Isa isa) {
 namespace tandem::cpu {
 
 void axpy_scalar(DType x_type, float a, const void* x, float* y, int64_t n) {
+  if (x_type == DType::Q8_0) {
+    const auto* b = static_cast<const BlockQ8_0*>(x);
+    for (int64_t i = 0; i < n / kQK; i++, y += kQK) {
+      const float d = fp16_to_fp32(b[i].d);
+      for (int j = 0; j < kQK; j++) y[j] += a * (d * (float)b[i].qs[j]);  // d * q: the dequantized value, exactly
+    }
+    return;
+  }
   if (x_type == DType::F32) {
     const auto* xf = static_cast<const float*>(x);
     for (int64_t i = 0; i < n; i++) y[i] += a * xf[i];
@@ -94,11 +129,15 @@ static void axpy_scalar_t(float a, const void* x, float* y, int64_t n) {
 }
 
 AxpyFn axpy_kernel(DType x_type, Isa isa) {
-  if (x_type != DType::F32 && x_type != DType::F16) return nullptr;
+  if (x_type != DType::F32 && x_type != DType::F16 && x_type != DType::Q8_0) return nullptr;
   if (has_avx2(isa)) {
     if (AxpyFn f = axpy_kernel_avx2(x_type)) return f;
   }
-  return x_type == DType::F32 ? axpy_scalar_t<DType::F32> : axpy_scalar_t<DType::F16>;
+  switch (x_type) {
+    case DType::F32: return axpy_scalar_t<DType::F32>;
+    case DType::F16: return axpy_scalar_t<DType::F16>;
+    default: return axpy_scalar_t<DType::Q8_0>;
+  }
 }
 
 }  // namespace tandem::cpu

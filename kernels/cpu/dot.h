@@ -30,6 +30,17 @@ void f32_to_f16_scalar(const float* x, uint16_t* out, int64_t n);
 // The same at the best level this CPU has (chosen once): what the KV cache stores use.
 void f32_to_f16(const float* x, uint16_t* out, int64_t n);
 
+// K and V rows into a q8_0 cache: n floats (a multiple of 32) into n / 32 GGML block_q8_0
+// (quant_blocks.h: BlockQ8_0), as ggml's reference quantizer (quantize_row_q8_0_ref) makes them:
+// d = amax / 127 stored as fp16, q = round(x * (1 / d)) with halves away from zero. Every level
+// writes the same bytes. Past finite inputs (not in ggml's contract): quants saturate at +-127
+// and a NaN quantizes to 0 and is left out of amax.
+using QuantizeQ8_0Fn = void (*)(const float* x, void* out, int64_t n);
+QuantizeQ8_0Fn quantize_q8_0_kernel(Isa isa);
+void quantize_q8_0_scalar(const float* x, void* out, int64_t n);
+// The same at the best level this CPU has (chosen once): what the KV cache stores use.
+void quantize_q8_0(const float* x, void* out, int64_t n);
+
 // A register tile for prefill on decoded rows: out[t * 2 + r] = a_r . b_t for two rows
 // (a, a + a_stride) and four tokens (b + t * b_stride): each loaded row vector meets four
 // tokens and each token vector two rows, instead of one load per multiply-add.
@@ -45,15 +56,18 @@ float f32_dot_scalar(const float* a, const float* b, int64_t n);
 RowDotFn row_dot_kernel_avx2(DType type);
 float f32_dot_avx2(const float* a, const float* b, int64_t n);
 void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n);
+void quantize_q8_0_avx2(const float* x, void* out, int64_t n);
 void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
 // AVX-512 (dot_avx512.cpp); only call when best_isa() is Avx512.
+void quantize_q8_0_avx512(const float* x, void* out, int64_t n);
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
 
 }  // namespace tandem::cpu
 
 namespace tandem::cpu {
 
-// y[i] += a * x[i] with x stored as F32 or F16 (the KV cache's element types).
+// y[i] += a * x[i] with x stored as F32, F16 or Q8_0 (the KV cache's element types; Q8_0: n a
+// multiple of 32, and x[i] = d * q exactly, so the sums equal those over dequantized F32 rows).
 using AxpyFn = void (*)(float a, const void* x, float* y, int64_t n);
 AxpyFn axpy_kernel(DType x_type, Isa isa);
 void axpy_scalar(DType x_type, float a, const void* x, float* y, int64_t n);

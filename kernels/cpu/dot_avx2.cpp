@@ -186,11 +186,66 @@ void axpy_f16(float a, const void* xv, float* y, int64_t n) {
   for (; i < n; i++) y[i] += a * half(x[i]);
 }
 
+// n a multiple of 32; each element d * q exactly, then the F32 kernel's FMA: the same floats
+// as axpy_f32 over the dequantized row.
+void axpy_q8_0(float a, const void* xv, float* y, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(xv);
+  const __m256 va = _mm256_set1_ps(a);
+  for (int64_t i = 0; i < n / kQK; i++, y += kQK) {
+    const __m256 d = _mm256_set1_ps(half(b[i].d));
+    for (int k = 0; k < 4; k++) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + 8 * k));
+      const __m256 xf = _mm256_mul_ps(i8x8_to_ps(q), d);
+      _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(va, xf, _mm256_loadu_ps(y + 8 * k)));
+    }
+  }
+}
+
+// round(r) with halves away from zero (roundf), exactly: truncate, then step away from zero
+// where the remainder r - trunc(r) (exact in float) is at least 1/2. A NaN gives 0; the result
+// saturates at +-127 (infinities). The scalar twin's std::round and clamp, lane by lane.
+inline __m256i round_q8_lanes(__m256 r) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 t = _mm256_round_ps(r, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 rem = _mm256_andnot_ps(sign, _mm256_sub_ps(r, t));
+  const __m256 away = _mm256_or_ps(_mm256_and_ps(r, sign), _mm256_set1_ps(1.0f));  // copysign(1, r)
+  __m256 q = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(rem, _mm256_set1_ps(0.5f), _CMP_GE_OQ), away));
+  q = _mm256_and_ps(q, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
+  q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  return _mm256_cvttps_epi32(q);
+}
+
 }  // namespace
+
+void quantize_q8_0_avx2(const float* x, void* out, int64_t n) {
+  auto* b = static_cast<BlockQ8_0*>(out);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), mx);  // a NaN lane keeps mx (the second operand)
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = round_q8_lanes(_mm256_mul_ps(v[k], id));
+    // 32 int32 to 32 int8 in order: the packs work per 128-bit lane, so fix the order after.
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), p);
+  }
+}
 
 AxpyFn axpy_kernel_avx2(DType x_type) {
   if (x_type == DType::F32) return axpy_f32;
   if (x_type == DType::F16) return axpy_f16;
+  if (x_type == DType::Q8_0) return axpy_q8_0;
   return nullptr;
 }
 
@@ -250,6 +305,7 @@ RowDotFn row_dot_kernel_avx2(DType) { return nullptr; }
 AxpyFn axpy_kernel_avx2(DType) { return nullptr; }
 float f32_dot_avx2(const float* a, const float* b, int64_t n) { return f32_dot_scalar(a, b, n); }
 void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) { f32_to_f16_scalar(x, out, n); }
+void quantize_q8_0_avx2(const float* x, void* out, int64_t n) { quantize_q8_0_scalar(x, out, n); }
 void f32_tile_avx2(const float* a, int64_t as, const float* b, int64_t bs, int64_t n, float* out) {
   f32_tile_scalar(a, as, b, bs, n, out);
 }

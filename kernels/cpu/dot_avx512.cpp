@@ -1,4 +1,5 @@
-// AVX-512 float kernels (compiled with -mavx512f): the prefill register tile at 16 lanes.
+// AVX-512 float kernels (compiled with -mavx512f): the prefill register tile at 16 lanes, and
+// the q8_0 KV row quantizer (the AVX2 one's steps, two vectors a block).
 #include "kernels/cpu/dot.h"
 
 #if defined(__AVX512F__)
@@ -7,7 +8,41 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "kernels/cpu/quant_blocks.h"
+
 namespace tandem::cpu {
+
+namespace {
+
+// round(r) with halves away from zero (roundf), exactly: truncate, then step away from zero
+// where the remainder r - trunc(r) (exact in float) is at least 1/2. A NaN gives 0; the result
+// saturates at +-127 (infinities). The scalar twin's std::round and clamp, lane by lane.
+inline __m128i round_q8_lanes(__m512 r) {
+  const __m512 t = _mm512_roundscale_ps(r, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(r, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 away = _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_and_si512(_mm512_castps_si512(r), _mm512_set1_epi32(INT32_MIN)), _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  __m512 q = _mm512_mask_add_ps(t, up, t, away);
+  q = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), q);
+  q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
+}
+
+}  // namespace
+
+void quantize_q8_0_avx512(const float* x, void* out, int64_t n) {
+  auto* b = static_cast<BlockQ8_0*>(out);
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    // max_ps returns its second operand where either is NaN: a NaN element never enters amax.
+    const __m512 mx = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+    const float d = _mm512_reduce_max_ps(mx) / 127.0f;
+    const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b[i].qs), round_q8_lanes(_mm512_mul_ps(v0, id)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b[i].qs + 16), round_q8_lanes(_mm512_mul_ps(v1, id)));
+  }
+}
 
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   __m512 acc[2][4];
@@ -39,6 +74,7 @@ namespace tandem::cpu {
 void f32_tile_avx512(const float* a, int64_t as, const float* b, int64_t bs, int64_t n, float* out) {
   f32_tile_scalar(a, as, b, bs, n, out);
 }
+void quantize_q8_0_avx512(const float* x, void* out, int64_t n) { quantize_q8_0_scalar(x, out, n); }
 }  // namespace tandem::cpu
 
 #endif
