@@ -66,7 +66,10 @@ Command add_bench_command(CLI::App& app) {
     auto test_name = [&](const char* kind, int64_t n) {
       return a->depth > 0 ? fmt::format("{}{} @ d{}", kind, n, a->depth) : fmt::format("{}{}", kind, n);
     };
-    const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
+    auto roofs = measure_roofs(model);
+    if (!roofs.ok()) return fail(roofs.error().message);
+    const cpu::MachinePeaks peaks = roofs.value();
+    const CpuBackend* cpu_be = cpu_backend(model);  // null on a GPU
     const ModelShape shape = ModelShape::of(c, model.weights(), kv_element_bytes(kv));
     const bool int8 = runs_int8_products(model);
     if (auto w = time_prefill(model, std::min<int64_t>(16, c.n_ctx_train), kv); !w.ok()) return fail(w.error().message);  // warm-up
@@ -94,19 +97,22 @@ Command add_bench_command(CLI::App& app) {
       Test t{test_name("tg", a->n), {}, {}, peaks};
       // Decode's roof is probed beside its runs (before each, after the last): the host's
       // bandwidth drifts too much between minutes for the probe at start to stand for them.
-      cpu::ReadProbe probe(cpu_backend(model).threads(), peaks.probe_bytes);
+      std::unique_ptr<cpu::ReadProbe> probe;
+      if (cpu_be) probe = std::make_unique<cpu::ReadProbe>(cpu_be->threads(), peaks.probe_bytes);
       std::vector<double> read_rates;
       double total = 0;
       for (int r = 0; r < a->reps; r++) {
-        read_rates.push_back(probe.pass());
+        if (probe) read_rates.push_back(probe->pass());
         auto s = time_decode(model, a->n, kv, a->depth);
         if (!s.ok()) return fail(s.error().message);
         t.tok_s.push_back(a->n / s.value());
         total += s.value();
       }
-      read_rates.push_back(probe.pass());
-      const cpu::ReadRates rr = cpu::summarize_rates(read_rates);
-      t.peaks.read_bytes_per_s = rr.best, t.peaks.read_median = rr.median, t.peaks.read_min = rr.least;
+      if (probe) {
+        read_rates.push_back(probe->pass());
+        const cpu::ReadRates rr = cpu::summarize_rates(read_rates);
+        t.peaks.read_bytes_per_s = rr.best, t.peaks.read_median = rr.median, t.peaks.read_min = rr.least;
+      }
       t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, a->depth), int8};
       tests.push_back(t);
     }
@@ -117,8 +123,9 @@ Command add_bench_command(CLI::App& app) {
       nlohmann::ordered_json j = {{"model", name},
                                   {"size_bytes", file_bytes},
                                   {"params", params},
-                                  {"threads", cpu_backend(model).threads()},
-                                  {"isa", std::string(cpu::isa_name(cpu_backend(model).isa()))},
+                                  {"backend", model.backend().describe()},
+                                  {"threads", cpu_be ? cpu_be->threads() : 0},
+                                  {"isa", cpu_be ? std::string(cpu::isa_name(cpu_be->isa())) : std::string("cuda")},
                                   {"activations", a->load.activations},
                                   {"repetitions", a->reps},
                                   {"depth", a->depth}};
@@ -135,18 +142,18 @@ Command add_bench_command(CLI::App& app) {
       j["machine"] = machine_json(peaks);
       fmt::print("{}\n", j.dump(2));
     } else {
-      fmt::print("| model | size | params | backend | threads | test | t/s | GFLOP/s | GB/s | % peak | peak of | % BW |\n");
-      fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
+      fmt::print("| model | size | params | backend | test | t/s | GFLOP/s | GB/s | % peak | peak of | % BW |\n");
+      fmt::print("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
       for (const Test& t : tests) {
         const Stat s = stat_of(t.tok_s);
-        fmt::print("| {} | {} | {:.2f} M | CPU {} {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {} | {:.1f}% |\n", name,
-                   format_bytes_binary((double)file_bytes), params / 1e6, cpu::isa_name(cpu_backend(model).isa()), a->load.activations,
-                   cpu_backend(model).threads(), t.name, s.mean, s.sd, t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
+        fmt::print("| {} | {} | {:.2f} M | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {} | {:.1f}% |\n", name,
+                   format_bytes_binary((double)file_bytes), params / 1e6, model.backend().describe(), t.name, s.mean, s.sd,
+                   t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
                    100 * t.best.flops_per_s() / t.best.compute_roof(t.peaks), t.best.roof_name(),
                    100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);
       }
       fmt::print("\n{}\n", machine_line(peaks));
-      if (a->n > 0)
+      if (a->n > 0 && cpu_be)
         fmt::print("decode's % BW is of {:.1f} GB/s, the best of the probes run between its repetitions (median {:.1f}, least {:.1f})\n",
                    tests.back().peaks.read_bytes_per_s / 1e9, tests.back().peaks.read_median / 1e9,
                    tests.back().peaks.read_min / 1e9);

@@ -41,7 +41,9 @@ Command add_explain_command(CLI::App& app) {
       return true;
     });
     if (!st.ok()) return fail(st.error().message);
-    const cpu::MachinePeaks peaks = cpu::measure_machine(cpu_backend(model).isa(), cpu_backend(model).threads());
+    auto roofs = measure_roofs(model);
+    if (!roofs.ok()) return fail(roofs.error().message);
+    const cpu::MachinePeaks& peaks = roofs.value();
 
     const double kv_elem = kv_element_bytes(cfg.kv_dtype);
     const ModelShape shape = ModelShape::of(model.config(), model.weights(), kv_elem);

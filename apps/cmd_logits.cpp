@@ -17,32 +17,24 @@ namespace tandem::apps {
 
 Command add_logits_command(CLI::App& app) {
   struct Args {
-    std::string model, tokens, out, mode = "prefill", kv_dtype = "f16", isa = "auto", activations = "q8";
-    int threads = 0;
+    ModelLoadOptions load;
+    std::string tokens, out, mode = "prefill", kv_dtype = "f16";
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("logits", "Write [T, n_vocab] float32 logits of a token sequence (diagnostics)");
-  sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+  a->load.add_to(sub);
   sub->add_option("--tokens", a->tokens, "space-separated token ids")->required();
   sub->add_option("-o,--out", a->out, "output file (raw little-endian float32)")->required();
   sub->add_option("--mode", a->mode, "prefill | decode | naive")->check(CLI::IsMember({"prefill", "decode", "naive"}));
   add_kv_dtype_option(sub, a->kv_dtype);
-  sub->add_option("--isa", a->isa, "kernel level: auto | avx2 | scalar");
-  sub->add_option("--activations", a->activations, "q8 (8-bit activations, fast) | f32 (exact products)")
-      ->check(CLI::IsMember({"q8", "f32"}));
-  sub->add_option("-t,--threads", a->threads, "threads (0 = all cores)");
   return [a]() -> int {
     std::vector<int32_t> tokens;
     std::istringstream in(a->tokens);
     for (int32_t t; in >> t;) tokens.push_back(t);
     if (tokens.empty()) return fail("no tokens given");
-    auto backend = make_cpu_backend(a->isa, a->threads, a->activations == "q8");
-    if (!backend.ok()) return fail(backend.error().message);
-    ModelOptions opts;
-    opts.backend = backend.value();
-    auto model = LlamaModel::load(a->model, opts);
-    if (!model.ok()) return fail(model.error().message);
-    LlamaModel& m = *model.value();
+    auto lm = load_model(a->load);
+    if (!lm.ok()) return fail(lm.error().message);
+    LlamaModel& m = *lm->model;
     const int64_t V = m.config().n_vocab;
     auto pool = m.new_kv_pool(((int64_t)tokens.size() + 15) / 16, kv_dtype_of(a->kv_dtype));
     if (!pool.ok()) return fail(pool.error().message);

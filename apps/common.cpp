@@ -27,6 +27,6 @@ Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int
   return std::make_shared<CpuBackend>(o);
 }
 
-const CpuBackend& cpu_backend(const LlamaModel& m) { return dynamic_cast<const CpuBackend&>(m.backend()); }
+const CpuBackend* cpu_backend(const LlamaModel& m) { return dynamic_cast<const CpuBackend*>(&m.backend()); }
 
 }  // namespace tandem::apps

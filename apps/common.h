@@ -21,7 +21,7 @@ int fail(const std::string& msg);
 // name parts whose products stay on float activations (--exact-products).
 Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int threads, bool quantized_activations,
                                                      const std::string& exact_products = "");
-// The CPU backend a model runs on (the CLI builds every model on one).
-const CpuBackend& cpu_backend(const LlamaModel& m);
+// The CPU backend a model runs on, or null when it runs on another (a GPU).
+const CpuBackend* cpu_backend(const LlamaModel& m);
 
 }  // namespace tandem::apps

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "apps/common.h"
+#include "backend/make_backend.h"
 #include "core/timer.h"
 #include "gguf/gguf_file.h"
 
@@ -12,6 +13,8 @@ namespace tandem::apps {
 
 void ModelLoadOptions::add_to(CLI::App* sub) {
   sub->add_option("-m,--model", model, "GGUF model file")->required();
+  sub->add_option("--device", device, "cpu | cuda | auto (the GPU when tandem was built with CUDA and one is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   sub->add_option("-t,--threads", threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--isa", isa, "kernel level: auto | avx512 | avx2 | scalar");
   sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q8_0/Q6_K weights (fast, llama.cpp's numerics); f32: exact products")
@@ -66,7 +69,15 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
 }
 
 Result<LoadedModel> load_model(const ModelLoadOptions& o) {
-  auto backend = make_cpu_backend(o.isa, o.threads, o.activations == "q8", o.exact_products);
+  BackendChoice choice;
+  choice.device = o.device;
+  choice.threads = o.threads;
+  choice.isa = o.isa;
+  choice.quantized_activations = o.activations == "q8";
+  auto cpu = make_cpu_backend(o.isa, o.threads, choice.quantized_activations, o.exact_products);
+  if (!cpu.ok()) return cpu.error();  // parses --exact-products and --isa the same way for every device
+  choice.exact_products = cpu.value()->exact_products();
+  auto backend = make_backend(choice);
   if (!backend.ok()) return backend.error();
   ModelOptions mo;
   mo.backend = backend.value();
@@ -91,9 +102,8 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
 void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o) {
   if (o.quiet_stats) return;
   const LlamaConfig& c = m.config();
-  fmt::print(stderr, "\n\n--- tandem: {} ({}), {} threads, {} kernels, {} activations ---\n",
-             c.name.empty() ? c.arch : c.name, c.arch, cpu_backend(m).threads(), cpu::isa_name(cpu_backend(m).isa()),
-             cpu_backend(m).quantized_activations() ? "8-bit" : "f32");
+  fmt::print(stderr, "\n\n--- tandem: {} ({}), {} ---\n", c.name.empty() ? c.arch : c.name, c.arch,
+             m.backend().describe());
   fmt::print(stderr, "prompt tokens  {}{}\n", st.n_prompt,
              st.n_reused ? fmt::format(" ({} reused from the KV cache)", st.n_reused) : "");
   fmt::print(stderr, "prefill        {} tokens in {:.2f} ms = {:.1f} tok/s   TTFT {:.2f} ms\n", st.n_prompt - st.n_reused,

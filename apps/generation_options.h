@@ -18,6 +18,7 @@ namespace tandem::apps {
 // command that loads a model registers these flags the same way.
 struct ModelLoadOptions {
   std::string model;
+  std::string device = "auto";  // cpu | cuda | auto (the GPU when there is one)
   int threads = 0;
   std::string isa = "auto";
   std::string activations = "q8";

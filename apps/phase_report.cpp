@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/make_backend.h"
 
 namespace tandem::apps {
 
@@ -48,11 +49,27 @@ std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::Mach
 }
 
 std::string machine_line(const cpu::MachinePeaks& m) {
+  if (m.int8_ops_per_s == 0)  // a GPU: its tensor-core GEMM and HBM read probes
+    return fmt::format("machine ({}): {:.1f} TFLOP/s tensor cores (cuBLAS F16 probe), {:.1f} GB/s read; ridge {:.1f} FLOP/byte",
+                       m.label, m.flops_per_s / 1e12, m.read_bytes_per_s / 1e9, m.ridge(false));
   return fmt::format(
-      "machine ({} threads, {}): {:.1f} GFLOP/s f32 FMA, {:.1f} Gop/s int8 dot, {:.1f} GB/s read (best of the probes "
+      "machine ({}): {:.1f} GFLOP/s f32 FMA, {:.1f} Gop/s int8 dot, {:.1f} GB/s read (best of the probes "
       "over {} MiB; median {:.1f}, least {:.1f}); ridge {:.1f} FLOP/byte (f32), {:.1f} (int8)",
-      m.threads, cpu::isa_name(m.isa), m.flops_per_s / 1e9, m.int8_ops_per_s / 1e9, m.read_bytes_per_s / 1e9,
-      m.probe_bytes >> 20, m.read_median / 1e9, m.read_min / 1e9, m.ridge(false), m.ridge(true));
+      m.label, m.flops_per_s / 1e9, m.int8_ops_per_s / 1e9, m.read_bytes_per_s / 1e9, m.probe_bytes >> 20,
+      m.read_median / 1e9, m.read_min / 1e9, m.ridge(false), m.ridge(true));
+}
+
+Result<cpu::MachinePeaks> measure_roofs(const LlamaModel& m) {
+  if (const auto* be = dynamic_cast<const CpuBackend*>(&m.backend())) return cpu::measure_machine(be->isa(), be->threads());
+  auto gpu = probe_gpu();
+  if (!gpu.ok()) return gpu.error();
+  auto r = measure_gpu_roofs();
+  if (!r.ok()) return r.error();
+  cpu::MachinePeaks p;
+  p.read_bytes_per_s = p.read_median = p.read_min = r->read_gb_s * 1e9;
+  p.flops_per_s = r->tensor_tflops * 1e12;
+  p.label = gpu->name;
+  return p;
 }
 
 nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks& m) {

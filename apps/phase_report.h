@@ -37,6 +37,9 @@ struct PhaseMeasure {
 std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::MachinePeaks& m);
 // The machine's roofs in one line: both compute roofs, the read roof and its probes' spread.
 std::string machine_line(const cpu::MachinePeaks& m);
+// The roofs of the machine the model runs on: the CPU's probes, or the GPU's (HBM read,
+// tensor-core GEMM) when its backend is the GPU.
+Result<cpu::MachinePeaks> measure_roofs(const LlamaModel& m);
 // True when the model's products run 8-bit dot products: 8-bit activations, and most of its
 // weight bytes of a type with such a kernel.
 bool runs_int8_products(const LlamaModel& m);

@@ -26,6 +26,7 @@ Result<std::shared_ptr<Backend>> make_cpu(const BackendChoice& c) {
   if (c.threads < 0) return make_error("thread count {} is negative", c.threads);
   o.threads = c.threads;
   o.quantized_activations = c.quantized_activations;
+  o.exact_products = c.exact_products;
   return std::shared_ptr<Backend>(std::make_shared<CpuBackend>(o));
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -19,6 +20,7 @@ struct BackendChoice {
   int threads = 0;                     // 0: every core (OMP_NUM_THREADS when set)
   std::string isa = "auto";            // "scalar" | "avx2" | "avx512" | "auto"
   bool quantized_activations = true;   // 8-bit activations for Q4_0/Q4_1/Q8_0 products
+  std::vector<std::string> exact_products;  // weights whose products keep f32 activations (CPU)
   // The GPU's options.
   int cuda_device = 0;
   bool cuda_graphs = true;  // decode passes captured as CUDA graphs

@@ -2,7 +2,7 @@
 // activations): a 64-token prompt in three prefill chunks with every position's logits, greedy
 // decode steps (graph replays), then a serving step that batches a decode token of one sequence
 // with a prompt chunk of another, all over shuffled KV blocks. For every weight type the CUDA
-// products take. The pass is LlamaModel::pass's sequence of backend calls.
+// products take. Both run LlamaModel's own pass (model/ unchanged: the backend is the choice).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,72 +18,37 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "kv/block_pool.h"
+#include "model/llama_model.h"
 #include "tiny_model.h"
 
 namespace tandem {
 namespace {
 
-// One model's weights on one backend, its scratch, and the pass.
+// One model on one backend (the real LlamaModel and its one forward pass), with a KV pool of
+// `blocks` blocks of 16 positions in that backend's memory.
 struct Runner {
-  Backend& be;
-  std::unique_ptr<GgufFile> file;
-  LlamaConfig c;
-  LlamaWeights w;
-  std::vector<double> inv_freq;
-  Tensor x, xb, q, k, v, att, proj, gate, up, cs, logits;
+  std::unique_ptr<LlamaModel> m;
+  std::unique_ptr<BlockPool> pool;
 
-  Runner(Backend& backend, const test::TinyShape& s) : Runner(backend, test::tiny_model_file(s, 7)) {}
-  Runner(Backend& backend, std::unique_ptr<GgufFile> f) : be(backend), file(std::move(f)) {
-    c = LlamaConfig::from_gguf(*file).value();
-    auto lw = LlamaWeights::from_gguf(*file, c, be);
-    EXPECT_TRUE(lw.ok()) << lw.error().message;
-    if (lw.ok()) w = std::move(lw.value());
-    for (int i = 0; i < c.rope_dim / 2; i++) inv_freq.push_back(std::pow(c.rope_base, -2.0 * i / c.rope_dim));
-    const int64_t n = 64;
-    x = be.new_tensor(n, c.n_embd), xb = be.new_tensor(n, c.n_embd), q = be.new_tensor(n, c.q_dim());
-    k = be.new_tensor(n, c.kv_dim()), v = be.new_tensor(n, c.kv_dim()), att = be.new_tensor(n, c.q_dim());
-    proj = be.new_tensor(n, c.n_embd), gate = be.new_tensor(n, c.n_ff), up = be.new_tensor(n, c.n_ff);
-    cs = be.new_tensor(n, c.rope_dim), logits = be.new_tensor(n, c.n_vocab);
+  Runner(Backend& backend, std::unique_ptr<GgufFile> f, DType kv_dtype, int64_t blocks = 16) {
+    ModelOptions o;
+    o.backend = std::shared_ptr<Backend>(&backend, [](Backend*) {});  // the test owns it
+    auto lm = LlamaModel::from_gguf(std::move(f), o);
+    EXPECT_TRUE(lm.ok()) << lm.error().message;
+    if (!lm.ok()) return;
+    m = std::move(lm.value());
+    auto p = m->new_kv_pool(blocks, kv_dtype, 16);
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    if (p.ok()) pool = std::move(p.value());
   }
+  const LlamaConfig& c() const { return m->config(); }
 
   // Logits of the batch's logit rows, [rows, n_vocab].
-  std::vector<float> pass(const KvStore& kv, const ForwardBatch& b) {
-    const int64_t n = b.n_tokens();
-    const float eps = c.rms_eps;
-    const HeadShape heads{c.n_head, c.n_kv_head, c.head_dim};
-    const Tensor X = x.rows_view(0, n), XB = xb.rows_view(0, n), Q = q.rows_view(0, n), K = k.rows_view(0, n),
-                 V = v.rows_view(0, n), ATT = att.rows_view(0, n), P = proj.rows_view(0, n),
-                 G = gate.rows_view(0, n), U = up.rows_view(0, n), A = cs.rows_view(0, n);
-    const std::span<const int64_t> rows = b.logit_rows();
-    const Tensor L = logits.rows_view(0, (int64_t)rows.size());
-    be.run_pass(n, [&] {
-      be.embed(w.token_embd, b, X);
-      be.rope_angles(b, inv_freq, c.rope_dim, A);
-      be.rmsnorm(X, w.layers[0].attn_norm, XB, eps);
-      for (int li = 0; li < c.n_layer; li++) {
-        const LlamaLayerWeights& l = w.layers[(size_t)li];
-        const Product qkv[3] = {{&l.wq, &Q}, {&l.wk, &K}, {&l.wv, &V}};
-        be.matmul(qkv, XB);
-        be.rope(Q, K, A, heads, c.rope_dim);
-        be.store_kv(K, V, kv, li, b);
-        be.attention(Q, kv, li, b, heads, ATT);
-        const Product o{&l.wo, &P};
-        be.matmul({&o, 1}, ATT);
-        be.add_residual(X, P, &l.ffn_norm, &XB, eps);
-        const Product gu[2] = {{&l.w_gate, &G}, {&l.w_up, &U}};
-        be.matmul(gu, XB);
-        be.swiglu(G, U);
-        const Product down{&l.w_down, &P};
-        be.matmul({&down, 1}, G);
-        const Tensor* next = li + 1 < c.n_layer ? &w.layers[(size_t)li + 1].attn_norm : nullptr;
-        be.add_residual(X, P, next, next ? &XB : nullptr, eps);
-      }
-      if (!rows.empty()) be.logits(X, rows, w.output_norm, eps, w.output, xb, L);
-    });
-    const std::span<const float> h = be.read(L);
-    return std::vector<float>(h.begin(), h.end());
+  std::vector<float> pass(const ForwardBatch& b) {
+    auto r = m->forward(*pool, b);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? std::vector<float>(r->begin(), r->end()) : std::vector<float>{};
   }
 };
 
@@ -106,17 +71,12 @@ void run_model(CudaBackend& g, DType weights, DType kv_dtype) {
   s.n_vocab = 512, s.n_embd = 256, s.n_layer = 2, s.n_head = 4, s.n_kv_head = 2, s.n_ff = 512, s.n_ctx = 256;
   s.weight_type = weights;
   CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 2, false});
-  Runner rc(cpu, s), rg(g, s);
+  // Both caches hold kv_dtype: the CPU's q8_0 store rounds as GGML's quantizer, as the GPU's.
+  Runner rc(cpu, test::tiny_model_file(s, 7), kv_dtype), rg(g, test::tiny_model_file(s, 7), kv_dtype);
+  ASSERT_TRUE(rc.m && rg.m && rc.pool && rg.pool);
   ASSERT_TRUE(g.error().ok()) << g.error().error().message;
-  const LlamaConfig& c = rc.c;
+  const LlamaConfig& c = rc.c();
   const int bt = 16;
-  const size_t rb = kv_row_bytes(kv_dtype, c.n_kv_head, c.head_dim).value();
-  // The CPU attends over an f32 cache for q8_0: the GPU's q8_0 rows are compared by the op
-  // tests; here a q8_0 cache is checked for staying close over a whole pass.
-  const DType cpu_kv = kv_dtype == DType::Q8_0 ? DType::F32 : kv_dtype;
-  auto kc = cpu.new_kv_store(cpu_kv, c.n_layer, bt, 16, kv_row_bytes(cpu_kv, c.n_kv_head, c.head_dim).value());
-  auto kg = g.new_kv_store(kv_dtype, c.n_layer, bt, 16, rb);
-  ASSERT_TRUE(kc.ok() && kg.ok());
   std::vector<int32_t> perm(16);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
@@ -129,7 +89,7 @@ void run_model(CudaBackend& g, DType weights, DType kv_dtype) {
   const int V = c.n_vocab;
   int greedy_mismatch = 0;
   auto step = [&](const ForwardBatch& b) {
-    const std::vector<float> lc = rc.pass(kc.value(), b), lg = rg.pass(kg.value(), b);
+    const std::vector<float> lc = rc.pass(b), lg = rg.pass(b);
     cmp.add(lg, lc);
     for (size_t r = 0; r < lc.size() / (size_t)V; r++) {
       const int a = argmax(lc.data() + r * V, V), bg = argmax(lg.data() + r * V, V);
@@ -167,7 +127,7 @@ void run_model(CudaBackend& g, DType weights, DType kv_dtype) {
   ASSERT_TRUE(g.error().ok()) << g.error().error().message;
   fmt::print("[ cuda vs cpu ] {} weights, {} KV: max |logit diff| {:.3g} (logits up to {:.3g})\n", dtype_name(weights),
              dtype_name(kv_dtype), cmp.worst, cmp.scale);
-  // q8_0 KV: the GPU's cache rounds, the CPU's does not; 8-bit activations in quantized products.
+  // q8_0 KV: a K or V value on either side of a rounding boundary lands one step apart.
   const float tol = kv_dtype == DType::Q8_0 ? 5e-2f : 1e-2f;
   EXPECT_LE(cmp.worst, tol * std::max(1.0f, cmp.scale));
   EXPECT_EQ(greedy_mismatch, 0);
@@ -222,13 +182,12 @@ TEST(CudaForward, MatchesTorchReference) {
     Backend& be = i == 0 ? (Backend&)g : (Backend&)cpu;
     auto file = GgufFile::open(d + "/model.gguf");
     ASSERT_TRUE(file.ok()) << file.error().message;
-    Runner r(be, std::move(file.value()));
-    ASSERT_EQ(want.size(), tokens.size() * (size_t)r.c.n_vocab);
-    auto kv = be.new_kv_store(DType::F32, r.c.n_layer, 16, 4, kv_row_bytes(DType::F32, r.c.n_kv_head, r.c.head_dim).value());
-    ASSERT_TRUE(kv.ok());
+    Runner r(be, std::move(file.value()), DType::F32, 4);
+    ASSERT_TRUE(r.m && r.pool);
+    ASSERT_EQ(want.size(), tokens.size() * (size_t)r.c().n_vocab);
     ForwardBatch b(16);
     ASSERT_TRUE(b.add_sequence(tokens, 0, std::vector<int32_t>{2, 0, 3, 1}, ForwardBatch::Logits::All).ok());
-    cmp[i].add(r.pass(kv.value(), b), want);
+    cmp[i].add(r.pass(b), want);
   }
   fmt::print("[ vs torch ] cuda: max |logit diff| {:.3g}; cpu: {:.3g} (logits up to {:.3g})\n", cmp[0].worst,
              cmp[1].worst, cmp[0].scale);

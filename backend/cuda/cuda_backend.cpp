@@ -204,7 +204,8 @@ Result<Weight> CudaBackend::prepare_weight(const WeightSource& src, bool product
     max_cols_ = std::max(max_cols_, src.cols);
     max_rows_ = std::max(max_rows_, src.rows);
   }
-  return Weight{src.type, src.rows, src.cols, (uint64_t)src.rows * src.row_bytes, std::move(impl)};
+  // The device holds its own copy: the host's pages of the file can go.
+  return Weight{src.type, src.rows, src.cols, (uint64_t)src.rows * src.row_bytes, std::move(impl), false};
 }
 
 Result<Tensor> CudaBackend::prepare_vector(const WeightSource& src) {

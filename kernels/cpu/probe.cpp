@@ -147,6 +147,7 @@ MachinePeaks measure_machine(Isa isa, int threads) {
   m.read_bytes_per_s = r.best, m.read_median = r.median, m.read_min = r.least;
   m.flops_per_s = measure_peak_flops(isa, threads);
   m.int8_ops_per_s = measure_peak_int8_ops(isa, threads);
+  m.label = std::to_string(threads) + " threads, " + std::string(isa_name(isa));
   return m;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -24,6 +25,7 @@ struct MachinePeaks {
   int threads = 0;
   size_t probe_bytes = 0;
   Isa isa = Isa::Scalar;
+  std::string label;  // what was probed, for reports: "2 threads, avx512", or a GPU's name
   // The compute roof of products with 8-bit activations (int8) or float ones.
   double compute_roof(bool int8) const { return int8 && int8_ops_per_s > 0 ? int8_ops_per_s : flops_per_s; }
   // Arithmetic intensity (FLOP/byte) where the float (or 8-bit) roof meets the read roof.
