@@ -98,6 +98,16 @@ def main():
         wait.until(lambda d: "API key" in d.find_element(By.ID, "kv-text").text)
         check(True, "without the key, the page says /metrics needs it")
 
+        # Without the key a question gets the server's 401 as the answer's error line.
+        box = driver.find_element(By.ID, "input")
+        box.send_keys("Hello?" + Keys.ENTER)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-done]"))
+        err = driver.find_element(By.CSS_SELECTOR, ".msg.assistant")
+        check("error" in err.get_attribute("class") and "401" in err.text and "API key" in err.text,
+              f"without the key, a question shows the server's refusal: {err.text!r}")
+        driver.find_element(By.ID, "clear").click()
+        check(not driver.find_elements(By.CSS_SELECTOR, "#log .msg"), "New conversation clears the log")
+
         key = driver.find_element(By.ID, "key")
         key.send_keys(KEY)
         key.send_keys(Keys.TAB)  # "change" fires: the page reloads the model name and the KV view with the key
