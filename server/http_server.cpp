@@ -2,7 +2,9 @@
 
 #include <ctime>
 
+#include "server/chat_page.h"
 #include "server/openai_json.h"
+#include "server/token_endpoints.h"
 
 namespace tandem::server {
 
@@ -13,7 +15,7 @@ HttpLimits with_body_limit(HttpLimits l, size_t max_body) {
   return l;
 }
 
-enum class Route { Unknown, Health, Metrics, Models, Completions, Chat, Preflight };
+enum class Route { Unknown, Health, Metrics, Models, Completions, Chat, Tokenize, Detokenize, ApplyTemplate, Page, Preflight };
 
 Route route(const HttpRequest& r) {
   const std::string_view p = r.path();
@@ -23,10 +25,17 @@ Route route(const HttpRequest& r) {
   if (p == "/v1/models") return Route::Models;
   if (p == "/v1/completions") return Route::Completions;
   if (p == "/v1/chat/completions") return Route::Chat;
+  if (p == "/tokenize") return Route::Tokenize;
+  if (p == "/detokenize") return Route::Detokenize;
+  if (p == "/apply-template") return Route::ApplyTemplate;
+  if (is_chat_page_path(p)) return Route::Page;
   return Route::Unknown;
 }
 
-const char* method_of(Route r) { return r == Route::Completions || r == Route::Chat ? "POST" : "GET"; }
+bool is_post(Route r) {
+  return r == Route::Completions || r == Route::Chat || r == Route::Tokenize || r == Route::Detokenize || r == Route::ApplyTemplate;
+}
+const char* method_of(Route r) { return is_post(r) ? "POST" : "GET"; }
 
 }  // namespace
 
@@ -74,7 +83,9 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
   if (rt == Route::Health) return std::nullopt;  // open to any monitor
   if (rt != Route::Preflight && r.method != method_of(rt))
     return error(405, fmt::format("{} needs {}", r.path(), method_of(rt)), "invalid_request_error", r);
-  const bool needs_key = rt != Route::Preflight;
+  // The page is open (it holds nothing; its API calls carry the key), but Host and Origin are
+  // still checked: a rebinding page must not read it from this origin either.
+  const bool needs_key = rt != Route::Preflight && rt != Route::Page;
   if (auto refusal = access_.check(r, needs_key)) return error(refusal->status, refusal->message, refusal->type, r);
   if (rt == Route::Preflight && access_.cors_headers(r).empty())
     return error(403, "cross-origin requests are not allowed (start the server with --allow-origin ORIGIN)", "permission_error", r);
@@ -93,6 +104,8 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
                                                {"owned_by", "tandem"}}})}};
       return HttpResponse{200, "application/json", dump_json(j), access_.cors_headers(r), false};
     }
+    case Route::Page:
+      return chat_page_file(r.path());
     case Route::Preflight: {
       HttpHeaders h = access_.cors_headers(r);
       h.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -108,7 +121,16 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
 void HttpServer::handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) {
   const HttpHeaders extra = access_.cors_headers(r);
   try {
-    run_completion(ctx_, route(r) == Route::Chat, r, w, extra);
+    switch (const Route rt = route(r)) {
+      case Route::Tokenize:
+        return w->respond(run_token_endpoint(TokenEndpoint::Tokenize, ctx_, r, extra));
+      case Route::Detokenize:
+        return w->respond(run_token_endpoint(TokenEndpoint::Detokenize, ctx_, r, extra));
+      case Route::ApplyTemplate:
+        return w->respond(run_token_endpoint(TokenEndpoint::ApplyTemplate, ctx_, r, extra));
+      default:
+        run_completion(ctx_, rt == Route::Chat, r, w, extra);
+    }
   } catch (const std::exception& e) {  // no exception leaves a handler
     w->respond({500, "application/json", dump_json(error_body(fmt::format("internal error: {}", e.what()), "server_error")), extra});
   }

@@ -2,7 +2,9 @@
 // It only translates: JSON requests become token prompts and sampling parameters for the
 // serving loop, whose events become JSON responses or SSE chunks. It never schedules.
 //   POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models,
-//   GET /health (always open), GET /metrics (Prometheus text; behind the API key when set).
+//   GET /health (always open), GET /metrics (Prometheus text; behind the API key when set),
+//   llama-server's POST /tokenize, /detokenize, /apply-template (server/token_endpoints.h; behind
+//   the key), and the chat page at GET / (server/chat_page.h; open, its API calls need the key).
 #pragma once
 
 #include <condition_variable>

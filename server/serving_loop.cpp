@@ -6,6 +6,7 @@ namespace tandem::server {
 
 ServingLoop::ServingLoop(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
     : sched_(model, pool, o), pool_(pool), metrics_(metrics) {
+  publish_gauges(0);  // the pool's size shows in /metrics before the first request
   thread_ = std::thread([this] { run(); });
 }
 
@@ -40,6 +41,24 @@ void ServingLoop::wait_idle() {
   idle_cv_.wait(l, [&] { return idle_ && inbox_.empty(); });
 }
 
+void ServingLoop::publish_gauges(double tokens_per_s) {
+  const SchedulerStats& st = sched_.stats();
+  Gauges g;
+  g.waiting = (int64_t)sched_.n_waiting();
+  g.running = (int64_t)sched_.n_running();
+  g.kv_blocks_total = pool_.shape().n_blocks;
+  g.kv_blocks_free = pool_.free_blocks();
+  g.kv_blocks_used = pool_.used_blocks();
+  g.kv_blocks_cached = pool_.cached_blocks();
+  g.prompt_tokens = st.prompt_tokens;
+  g.cached_prompt_tokens = st.cached_prompt_tokens;
+  g.generated_tokens = st.generated_tokens;
+  g.preemptions = st.preemptions;
+  g.steps = st.steps;
+  g.tokens_per_s = tokens_per_s;
+  metrics_.set_gauges(g);
+}
+
 void ServingLoop::run() {
   Timer window;
   int64_t window_tokens = 0;
@@ -72,21 +91,7 @@ void ServingLoop::run() {
       window_tokens = 0;
       window.reset();
     }
-    const SchedulerStats& st = sched_.stats();
-    Gauges g;
-    g.waiting = (int64_t)sched_.n_waiting();
-    g.running = (int64_t)sched_.n_running();
-    g.kv_blocks_total = pool_.shape().n_blocks;
-    g.kv_blocks_free = pool_.free_blocks();
-    g.kv_blocks_used = pool_.used_blocks();
-    g.kv_blocks_cached = pool_.cached_blocks();
-    g.prompt_tokens = st.prompt_tokens;
-    g.cached_prompt_tokens = st.cached_prompt_tokens;
-    g.generated_tokens = st.generated_tokens;
-    g.preemptions = st.preemptions;
-    g.steps = st.steps;
-    g.tokens_per_s = sched_.has_work() ? rate : 0;
-    metrics_.set_gauges(g);
+    publish_gauges(sched_.has_work() ? rate : 0);
   }
   // Shutting down: everything still queued or running ends as cancelled.
   for (Incoming& r : inbox_) r.accepted(make_error("the server is shutting down"));

@@ -30,6 +30,7 @@ class ServingLoop {
 
  private:
   void run();
+  void publish_gauges(double tokens_per_s);  // the engine thread's (or the constructor's) view
 
   Scheduler sched_;
   BlockPool& pool_;

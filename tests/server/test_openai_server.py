@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`tandem serve` driven by real clients: the official `openai` package for completions, chat
-and streaming; raw HTTP for bad input and a client that disconnects mid-stream; and a bounded
+and streaming; raw HTTP for bad input, llama-server's /tokenize, /detokenize and /apply-template,
+and a client that disconnects mid-stream; and a bounded
 load test (64 concurrent streaming requests) that checks every request completes with the
 right token count and the KV pool returns to empty. Exit code 77 (CTest: skipped) when the
 model or the openai package is missing.
@@ -118,6 +119,37 @@ def main():
         lpc = client.completions.create(model="m", prompt="Hello", max_tokens=3, temperature=0, logprobs=1)
         check(len(lpc.choices[0].logprobs.token_logprobs) == lpc.usage.completion_tokens, "completion logprobs per token")
 
+        # llama-server's tokenizer endpoints agree with what the OpenAI endpoints count.
+        def post(path, body):
+            code, data = raw(port, "POST", path, json.dumps(body).encode())
+            return code, json.loads(data)
+        code, tk = post("/tokenize", {"content": "The capital of France is"})
+        check(code == 200 and len(tk["tokens"]) == c.usage.prompt_tokens and all(isinstance(t, int) for t in tk["tokens"]),
+              f"/tokenize counts the completion's prompt tokens: {tk}")
+        code, dt = post("/detokenize", {"tokens": tk["tokens"]})
+        check(code == 200 and dt == {"content": "The capital of France is"}, f"/detokenize inverts it: {dt}")
+        code, wp = post("/tokenize", {"content": "Paris, café 🤗", "with_pieces": True})
+        joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in wp["tokens"])
+        check(code == 200 and joined == "Paris, café 🤗".encode() and all(set(p) == {"id", "piece"} for p in wp["tokens"]),
+              f"with_pieces: pieces (text, or bytes when a piece splits a character) join to the content: {wp}")
+        code, sp = post("/tokenize", {"content": "<|im_start|>"})
+        code2, sp2 = post("/tokenize", {"content": "<|im_start|>", "parse_special": False})
+        check(sp["tokens"] == [1] and len(sp2["tokens"]) > 1, f"parse_special: {sp} vs {sp2}")
+        question = [{"role": "user", "content": "What is the capital of France?"}]
+        code, at = post("/apply-template", {"messages": question})
+        check(code == 200 and at["prompt"].endswith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"),
+              f"/apply-template renders the model's template: {at}")
+        code, tk = post("/tokenize", {"content": at["prompt"]})
+        check(len(tk["tokens"]) == chat.usage.prompt_tokens, f"its prompt is what the chat counted ({chat.usage.prompt_tokens} tokens)")
+        for path, body, param in [("/detokenize", {"tokens": [1, 10 ** 6]}, "tokens"), ("/detokenize", {"tokens": [-3]}, "tokens"),
+                                  ("/detokenize", {"tokens": "1 2"}, "tokens"), ("/tokenize", {"content": 7}, "content"),
+                                  ("/tokenize", {"content": "x", "with_pieces": "yes"}, "with_pieces"),
+                                  ("/apply-template", {"messages": []}, "messages")]:
+            code, err = post(path, body)
+            check(code == 400 and err["error"]["param"] == param, f"{path} {body} -> {code} {err['error']['message']}")
+        code, data = raw(port, "POST", "/tokenize", b"[" * 100000)
+        check(code == 400 and b"deeper" in data, f"/tokenize: deep JSON -> {code}")
+
         # Bad input: clear 4xx errors with an OpenAI error object; the server keeps serving.
         bad = [
             (b"{not json", 400, None),
@@ -218,6 +250,13 @@ def main():
         check(code == 401 and b"authentication_error" in data, "no key -> 401")
         code, _ = raw(port, "GET", "/v1/models", headers={"Authorization": "Bearer sekrit"})
         check(code == 200, "right key -> 200")
+        code, _ = raw(port, "POST", "/tokenize", json.dumps({"content": "hi"}).encode())
+        check(code == 401, "/tokenize without the key -> 401")
+        code, _ = raw(port, "POST", "/tokenize", json.dumps({"content": "hi"}).encode(),
+                      headers={"Authorization": "Bearer sekrit", "Content-Type": "application/json"})
+        check(code == 200, "/tokenize with the key -> 200")
+        code, page = raw(port, "GET", "/")
+        check(code == 200 and b"<title>tandem chat</title>" in page, "the chat page itself is open (its API calls need the key)")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
