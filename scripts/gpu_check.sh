@@ -62,7 +62,7 @@ if ! python3 -c "import gguf" 2>/dev/null; then
 fi
 
 stage "configure" 90 "$OUT/build.log" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-stage "build tests" 240 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" --target tandem_cuda_tests tandem_backend_tests
+stage "build tests" 240 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" --target tandem_cuda_tests tandem_backend_tests tandem_tests tandem_cuda_matmul_bench
 TESTS=$BUILD/tests/tandem_cuda_tests
 [ -x "$TESTS" ] || { say "no test binary: see build.log"; tail -n 40 "$OUT/build.log" >>"$SUMMARY"; }
 # The CLI (Boost, CLI11) in the background while the tests run.
@@ -72,6 +72,9 @@ CLI_BUILD=$!
 stage "cuda tests" 150 "$OUT/tests.log" "$TESTS" --gtest_output=xml:"$OUT/tests.xml" --gtest_filter=-CudaForward.MatchesTorchReference
 grep -E "^\[ (cuda vs cpu|vs torch) \]|FAILED|PASSED|SKIPPED" "$OUT/tests.log" | head -n 40 | tee -a "$SUMMARY"
 stage "backend choice tests" 30 "$OUT/tests.log" "$BUILD/tests/tandem_backend_tests"
+# The matrix products of every weight type against a float64 reference (tests/test_cuda_matmul.cpp).
+stage "cuda matmul tests" 120 "$OUT/tests.log" "$BUILD/tests/tandem_tests" --gtest_filter='CudaMatmul*'
+grep -E "^\[  (FAILED|PASSED|SKIPPED)" "$OUT/tests.log" | tail -n 6 | tee -a "$SUMMARY"
 # The kernels per decode token and graph reuse, from the graph test's own counters.
 stage "compute-sanitizer memcheck" 150 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
   "$TESTS" --gtest_filter='CudaBackend.StoreKv*:CudaBackend.AttentionMatchesCpu*:CudaBackend.Decode*:CudaBackend.Logits*:CudaBatchStaging.*'
@@ -107,5 +110,8 @@ else
   say "bench: skipped ($([ -x "$TANDEM" ] && echo 'tandem has no --device yet' || echo 'tandem did not build: build-tandem.log'))"
   tail -n 20 "$OUT/build-tandem.log" >>"$OUT/build.log" 2>/dev/null
 fi
+# The products alone: decode GB/s per weight type from HBM, GEMM TFLOP/s at n = 512.
+[ -x "$BUILD/bench/tandem_cuda_matmul_bench" ] && stage "matmul bench" 90 "$OUT/bench.log" "$BUILD/bench/tandem_cuda_matmul_bench" &&
+  grep -E "GB/s|TFLOP" "$OUT/bench.log" | tail -n 20 | tee -a "$SUMMARY"
 rm -f "$OUT/build-tandem.log"
 say "gpu_check: done in $SECONDS s"
