@@ -19,7 +19,7 @@ Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int
   if (!cpu::parse_isa(isa, &o.isa)) return make_error("unknown or unsupported --isa '{}'", isa);
   o.threads = threads;
   o.quantized_activations = quantized_activations;
-  for (size_t at = 0; at <= exact_products.size();) {
+  for (size_t at = 0; exact_products != "none" && at <= exact_products.size();) {
     const size_t comma = std::min(exact_products.find(',', at), exact_products.size());
     if (comma > at) o.exact_products.push_back(exact_products.substr(at, comma - at));
     at = comma + 1;

@@ -22,7 +22,9 @@ struct ModelLoadOptions {
   int threads = 0;
   std::string isa = "auto";
   std::string activations = "q8";
-  std::string exact_products;  // weight name parts whose products keep f32 activations
+  // Tensor name parts whose products keep f32 activations under q8; "auto": the output head
+  // (tied or not) on models small enough that its 8-bit rounding costs more than its speed.
+  std::string exact_products = "auto";
   void add_to(CLI::App* sub);
 };
 

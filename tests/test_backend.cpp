@@ -183,3 +183,23 @@ TEST(CpuBackend, Q8_0KvStoreSizes) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// --exact-products names whole parts of a tensor name, so "output" (the head) is not
+// attn_output, and a layer's part matches in every layer.
+TEST(CpuBackend, ExactProductPatternsNameWholeComponents) {
+  EXPECT_TRUE(name_has_components("output.weight", "output"));
+  EXPECT_FALSE(name_has_components("blk.0.attn_output.weight", "output"));
+  EXPECT_TRUE(name_has_components("blk.12.ffn_down.weight", "ffn_down"));
+  EXPECT_FALSE(name_has_components("blk.12.ffn_down_exps.weight", "ffn_down"));
+  EXPECT_TRUE(name_has_components("token_embd.weight", "token_embd"));
+  EXPECT_TRUE(name_has_components("blk.3.attn_q.weight", "blk.3.attn_q"));
+  EXPECT_FALSE(name_has_components("blk.13.attn_q.weight", "3.attn_q"));
+  EXPECT_FALSE(name_has_components("output.weight", ""));
+  EXPECT_FALSE(name_has_components("output", "output.weight"));
+}
+
+}  // namespace
+}  // namespace tandem

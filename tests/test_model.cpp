@@ -319,3 +319,31 @@ TEST(Model, RepackedTensorsDoNotStayMapped) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Products named by exact_products run on f32 activations: naming them all gives exactly the
+// f32-activation model's logits; naming the head alone moves 8-bit logits toward them.
+TEST(Model, ExactProductsRunOnFloatActivations) {
+  TinyShape s;
+  s.weight_type = DType::Q8_0;
+  auto with = [&](bool q8, std::vector<std::string> exact) {
+    ModelOptions o;
+    o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{cpu::best_isa(), 0, q8, std::move(exact)});
+    auto m = LlamaModel::from_gguf(test::tiny_model_file(s), o);
+    EXPECT_TRUE(m.ok());
+    test::OneSequence seq(*m.value(), 16);
+    auto r = seq.prefill(kTokens, true);
+    EXPECT_TRUE(r.ok());
+    return std::vector<float>(r->begin(), r->end());
+  };
+  const auto f32 = with(false, {}), q8 = with(true, {}), all = with(true, {"blk", "output", "token_embd"}),
+             head = with(true, {"output", "token_embd"});
+  EXPECT_EQ(all, f32);
+  EXPECT_NE(q8, f32);
+  EXPECT_LT(max_abs_diff(head, f32), max_abs_diff(q8, f32));
+}
+
+}  // namespace
+}  // namespace tandem

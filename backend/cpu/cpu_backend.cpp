@@ -34,6 +34,16 @@ thread_local bool t_unsynced = false;
 
 }  // namespace
 
+bool name_has_components(std::string_view name, std::string_view pattern) {
+  if (pattern.empty()) return false;
+  for (size_t at = 0; at + pattern.size() <= name.size(); at = name.find('.', at) + 1) {
+    const size_t end = at + pattern.size();
+    if (name.compare(at, pattern.size(), pattern) == 0 && (end == name.size() || name[end] == '.')) return true;
+    if (name.find('.', at) == std::string_view::npos) break;
+  }
+  return false;
+}
+
 std::shared_ptr<Backend> default_backend() { return std::make_shared<CpuBackend>(); }
 
 CpuBackend::CpuBackend(const CpuBackendOptions& o)
@@ -85,7 +95,7 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
   w->cols = src.cols;
   w->row_bytes = src.row_bytes;
   bool exact = false;
-  for (const std::string& e : exact_products_) exact |= src.name.find(e) != std::string::npos;
+  for (const std::string& e : exact_products_) exact |= name_has_components(src.name, e);
   const cpu::CpuKernels& k = exact ? exact_kernels_ : kernels_;
   w->dot = k.row_dot(w->type);
   w->qdot = k.quant_dot(w->type);

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,11 +21,15 @@ struct CpuBackendOptions {
   // 8-bit activations for Q4_0/Q4_1/Q8_0 weights (llama.cpp's numerics, faster); false keeps
   // every product in float, which reference checks use.
   bool quantized_activations = true;
-  // With 8-bit activations, the products of weights whose names contain one of these (e.g.
-  // "output.weight", "ffn_down") still run on f32 activations: the few that cost the most
-  // accuracy for their share of the time (tandem perplexity --kl-divergence measures it).
+  // With 8-bit activations, the products of weights named by one of these still run on f32
+  // activations: the few that cost the most accuracy for their share of the time (tandem
+  // perplexity --kl-divergence measures it). A pattern names whole dot-separated parts of a
+  // tensor name: "output" is output.weight (not attn_output.weight), "ffn_down" every layer's.
   std::vector<std::string> exact_products;
 };
+
+// True when `pattern` is a run of whole dot-separated components of `name`.
+bool name_has_components(std::string_view name, std::string_view pattern);
 
 class CpuBackend final : public Backend {
  public:
