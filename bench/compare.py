@@ -186,7 +186,7 @@ def main():
         cpu += " (AVX-512 VNNI)" if "avx512_vnni" in flags else " (AVX2, no AVX-512)" if "avx2" in flags else ""
         section = (f"## {datetime.date.today()}: side by side, `bench/compare.py`\n\n"
                    f"Machine: {cpu}, {os.cpu_count()} cores, {a.threads} threads; tandem's read-bandwidth probe "
-                   f"{bw:.1f} GB/s (median pass) at start, {tg_probe:.1f} GB/s between the decode repetitions "
+                   f"{bw:.1f} GB/s (best pass) at start, {tg_probe:.1f} GB/s between the decode repetitions "
                    f"(what % of read BW divides by). Each figure is the mean of {a.rounds} alternating rounds of "
                    f"{a.reps} repetitions.\n"
                    f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} -d {a.depth} --json` and "
