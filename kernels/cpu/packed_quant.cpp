@@ -36,25 +36,54 @@ RawBlock raw_block(DType t, const uint8_t* row, int64_t b) {
   }
 }
 
-// Row r of a group (zeroed) from its GGUF Q6_K row, in the layout of packed_quant.h.
+// Row r of a group from its GGUF Q6_K row, in the layout of packed_quant.h. Each packed byte
+// is assembled whole (two 4-bit lows, or four 2-bit highs) and stored once: loading a 1B
+// model's 128k-row Q6_K head was most of its load time when every element OR-ed into place.
 void pack_q6_k_row(const uint8_t* row, int64_t cols, int r, uint8_t* group) {
   const auto* sbs = reinterpret_cast<const BlockQ6_K*>(row);
   for (int64_t sb = 0; sb < cols / kQK_K; sb++) {
     const BlockQ6_K& w = sbs[sb];
     std::memcpy(group + q6k_d_at(sb) + 2 * r, &w.d, 2);
-    for (int e = 0; e < kQK_K; e++) {
-      const int h = e / 128, k = e % 128 / 32, m = e % 32;  // GGUF: ql nibble k / 2, qh bits 2k
-      const int lo = (w.ql[64 * h + (k & 1) * 32 + m] >> (k < 2 ? 0 : 4)) & 0xF;
-      const int hi = (w.qh[32 * h + m] >> (2 * k)) & 3;
-      const int64_t b = sb * 8 + e / 32;
-      const int half = e % 32 / 16, c = e % 16 / 4, byte = 4 * r + e % 4;
-      uint8_t* bits = group + q6k_bits_at(b);
-      bits[64 * c + byte] |= (uint8_t)(lo << (4 * half));
-      bits[256 + 64 * half + byte] |= (uint8_t)(hi << (2 * c));
-    }
+    for (int h = 0; h < 2; h++)
+      for (int k = 0; k < 4; k++) {  // element e = 128 h + 32 k + m is in block sb * 8 + 4 h + k
+        uint8_t* bits = group + q6k_bits_at(sb * 8 + 4 * h + k);
+        const uint8_t* ql = w.ql + 64 * h + (k & 1) * 32;  // GGUF: ql nibble k / 2, qh bits 2k
+        const uint8_t* qh = w.qh + 32 * h;
+        const int lo_shift = k < 2 ? 0 : 4;
+        auto lo = [&](int m) { return (ql[m] >> lo_shift) & 0xF; };
+        auto hi = [&](int m) { return (qh[m] >> (2 * k)) & 3; };
+        for (int c = 0; c < 4; c++)  // m = 16 half + 4 c + j: half picks the nibble
+          for (int j = 0; j < 4; j++) bits[64 * c + 4 * r + j] = (uint8_t)(lo(4 * c + j) | lo(16 + 4 * c + j) << 4);
+        for (int half = 0; half < 2; half++)  // c picks the 2-bit field
+          for (int j = 0; j < 4; j++) {
+            int v = 0;
+            for (int c = 0; c < 4; c++) v |= hi(16 * half + 4 * c + j) << (2 * c);
+            bits[256 + 64 * half + 4 * r + j] = (uint8_t)v;
+          }
+      }
     for (int j = 0; j < 8; j++)
       for (int half = 0; half < 2; half++)
         group[q6k_scales_at(sb * 8 + j) + 16 * half + r] = (uint8_t)w.scales[2 * j + half];
+  }
+}
+
+// Rows of group g of a Q4_0/Q4_1/Q8_0 matrix, the type fixed at compile time.
+template <DType T>
+void pack_quant_group(const uint8_t* data, int64_t g, int64_t rows, int64_t nb, size_t row_bytes, uint8_t* group) {
+  for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
+    const uint8_t* row = data + (size_t)(g * kPackRows + r) * row_bytes;
+    for (int64_t b = 0; b < nb; b++) {
+      const RawBlock w = raw_block(T, row, b);
+      uint8_t* quads = group + packed_quads_at(T, b);
+      std::memcpy(group + packed_d_at(T, b) + 2 * r, &w.d, 2);
+      if constexpr (T == DType::Q4_1) std::memcpy(group + packed_m_at(T, b) + 2 * r, &w.m, 2);
+      if constexpr (T == DType::Q8_0) {
+        for (int s = 0; s < 8; s++)
+          for (int k = 0; k < 4; k++) quads[64 * s + 4 * r + k] = w.qs[4 * s + k] ^ 0x80;
+      } else {
+        for (int c = 0; c < 4; c++) std::memcpy(quads + 64 * c + 4 * r, w.qs + 4 * c, 4);
+      }
+    }
   }
 }
 
@@ -88,24 +117,14 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
 #pragma omp parallel for schedule(static)  // a 1B model's Q6_K output alone is 8016 groups
   for (int64_t g = 0; g < groups; g++) {
     uint8_t* group = mem + g * gbytes;
-    for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
-      const uint8_t* row = data + (size_t)(g * kPackRows + r) * row_bytes;
-      if (t == DType::Q6_K) {
-        pack_q6_k_row(row, cols, r, group);
-        continue;
-      }
-      for (int64_t b = 0; b < nb; b++) {
-        const RawBlock w = raw_block(t, row, b);
-        uint8_t* quads = group + packed_quads_at(t, b);
-        std::memcpy(group + packed_d_at(t, b) + 2 * r, &w.d, 2);
-        if (t == DType::Q4_1) std::memcpy(group + packed_m_at(t, b) + 2 * r, &w.m, 2);
-        if (t == DType::Q8_0) {
-          for (int s = 0; s < 8; s++)
-            for (int k = 0; k < 4; k++) quads[64 * s + 4 * r + k] = w.qs[4 * s + k] ^ 0x80;
-        } else {
-          for (int c = 0; c < 4; c++) std::memcpy(quads + 64 * c + 4 * r, w.qs + 4 * c, 4);
-        }
-      }
+    switch (t) {
+      case DType::Q6_K:
+        for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
+          pack_q6_k_row(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
+        break;
+      case DType::Q4_0: pack_quant_group<DType::Q4_0>(data, g, rows, nb, row_bytes, group); break;
+      case DType::Q4_1: pack_quant_group<DType::Q4_1>(data, g, rows, nb, row_bytes, group); break;
+      default: pack_quant_group<DType::Q8_0>(data, g, rows, nb, row_bytes, group); break;
     }
   }
   return out;
