@@ -96,6 +96,10 @@ struct KvStore {
   size_t v_offset(int layer) const { return k_offset(layer) + (size_t)block_tokens * row_bytes; }
 };
 
+// A KvStore of that shape with no memory yet, its bytes() checked for overflow: what every
+// backend's new_kv_store validates before it allocates.
+Result<KvStore> kv_store_layout(DType dtype, int n_layer, int block_tokens, int64_t n_blocks, size_t row_bytes);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -30,4 +30,15 @@ Result<size_t> kv_row_bytes(DType dtype, int n_kv_head, int head_dim) {
   return (size_t)n_kv_head * row_bytes(info, (uint64_t)head_dim);
 }
 
+Result<KvStore> kv_store_layout(DType dtype, int n_layer, int block_tokens, int64_t n_blocks, size_t row_bytes) {
+  KvStore kv{nullptr, dtype, n_layer, block_tokens, n_blocks, row_bytes, {}};
+  if (n_layer <= 0 || block_tokens <= 0 || n_blocks <= 0 || row_bytes == 0)
+    return make_error("bad KV store shape ({} layers, {} tokens per block, {} blocks, {} bytes per row)", n_layer,
+                      block_tokens, n_blocks, row_bytes);
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::Q8_0)
+    return make_error("the KV cache holds f32, f16 or q8_0, not {}", dtype_name(dtype));
+  if (kv.bytes() / (uint64_t)n_blocks != kv.block_bytes()) return make_error("a KV store of {} blocks overflows", n_blocks);
+  return kv;
+}
+
 }  // namespace tandem

@@ -74,14 +74,11 @@ std::span<const float> CpuBackend::read(const Tensor& t) { return {f32(t), (size
 
 Result<KvStore> CpuBackend::new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks,
                                          size_t row_bytes) {
-  KvStore kv{nullptr, dtype, n_layer, block_tokens, n_blocks, row_bytes, {}};
-  if (n_layer <= 0 || block_tokens <= 0 || n_blocks <= 0 || row_bytes == 0)
-    return make_error("bad KV store shape ({} layers, {} tokens per block, {} blocks, {} bytes per row)", n_layer,
-                      block_tokens, n_blocks, row_bytes);
-  const uint64_t bytes = kv.bytes();
-  if (bytes / (uint64_t)n_blocks != kv.block_bytes()) return make_error("KV store of {} blocks overflows", n_blocks);
-  std::shared_ptr<uint8_t[]> mem(new (std::nothrow) uint8_t[bytes]);
-  if (!mem) return make_error("cannot allocate a KV store of {} bytes", bytes);
+  auto layout = kv_store_layout(dtype, n_layer, block_tokens, n_blocks, row_bytes);
+  if (!layout.ok()) return layout.error();
+  KvStore kv = std::move(layout.value());
+  std::shared_ptr<uint8_t[]> mem(new (std::nothrow) uint8_t[kv.bytes()]);
+  if (!mem) return make_error("cannot allocate a KV store of {} bytes", kv.bytes());
   kv.data = mem.get();
   kv.owner = std::shared_ptr<void>(mem, mem.get());
   return kv;

@@ -171,14 +171,10 @@ std::span<const float> CudaBackend::read(const Tensor& t) {
 
 Result<KvStore> CudaBackend::new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks,
                                           size_t row_bytes) {
-  KvStore kv{nullptr, dtype, n_layer, block_tokens, n_blocks, row_bytes, {}};
-  if (n_layer <= 0 || block_tokens <= 0 || n_blocks <= 0 || row_bytes == 0)
-    return make_error("bad KV store shape ({} layers, {} tokens per block, {} blocks, {} bytes per row)", n_layer,
-                      block_tokens, n_blocks, row_bytes);
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::Q8_0)
-    return make_error("the CUDA KV store holds f32, f16 or q8_0, not {}", dtype_name(dtype));
+  auto layout = kv_store_layout(dtype, n_layer, block_tokens, n_blocks, row_bytes);
+  if (!layout.ok()) return layout.error();
+  KvStore kv = std::move(layout.value());
   const uint64_t bytes = kv.bytes();
-  if (bytes / (uint64_t)n_blocks != kv.block_bytes()) return make_error("KV store of {} blocks overflows", n_blocks);
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {

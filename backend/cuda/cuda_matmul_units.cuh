@@ -198,37 +198,26 @@ struct UnitQ6_K {
 };
 
 // Plain types against F32 activations (float accumulate).
-struct UnitF16 {  // 8 halves
+// 8 16-bit floats, F16 or BF16.
+template <bool BF16>
+struct UnitHalf16 {
   static constexpr int kUnroll = 2;
   int4 v;
   TANDEM_HD static int64_t units_per_row(int64_t cols) { return cols / 8; }
-  TANDEM_HD static UnitF16 load(const WeightView& w, int64_t row, int64_t u) {
+  TANDEM_HD static UnitHalf16 load(const WeightView& w, int64_t row, int64_t u) {
     return {load16(w.quants + row * w.q_row_bytes + u * 16)};
   }
-  TANDEM_HD static float lo(int x) { return half_bits_to_float((uint16_t)(x & 0xFFFF)); }
-  TANDEM_HD static float hi(int x) { return half_bits_to_float((uint16_t)((unsigned)x >> 16)); }
+  TANDEM_HD static float widen(uint16_t b) { return BF16 ? bf16_bits_to_float(b) : half_bits_to_float(b); }
+  TANDEM_HD static float lo(int x) { return widen((uint16_t)(x & 0xFFFF)); }
+  TANDEM_HD static float hi(int x) { return widen((uint16_t)((unsigned)x >> 16)); }
   TANDEM_HD float dot(const ActRow& a, int64_t u) const {
     const float4 x0 = *reinterpret_cast<const float4*>(a.x + u * 8), x1 = *reinterpret_cast<const float4*>(a.x + u * 8 + 4);
     return lo(v.x) * x0.x + hi(v.x) * x0.y + lo(v.y) * x0.z + hi(v.y) * x0.w + lo(v.z) * x1.x + hi(v.z) * x1.y +
            lo(v.w) * x1.z + hi(v.w) * x1.w;
   }
 };
-
-struct UnitBF16 {  // 8 bfloat16s
-  static constexpr int kUnroll = 2;
-  int4 v;
-  TANDEM_HD static int64_t units_per_row(int64_t cols) { return cols / 8; }
-  TANDEM_HD static UnitBF16 load(const WeightView& w, int64_t row, int64_t u) {
-    return {load16(w.quants + row * w.q_row_bytes + u * 16)};
-  }
-  TANDEM_HD static float lo(int x) { return bf16_bits_to_float((uint16_t)(x & 0xFFFF)); }
-  TANDEM_HD static float hi(int x) { return bf16_bits_to_float((uint16_t)((unsigned)x >> 16)); }
-  TANDEM_HD float dot(const ActRow& a, int64_t u) const {
-    const float4 x0 = *reinterpret_cast<const float4*>(a.x + u * 8), x1 = *reinterpret_cast<const float4*>(a.x + u * 8 + 4);
-    return lo(v.x) * x0.x + hi(v.x) * x0.y + lo(v.y) * x0.z + hi(v.y) * x0.w + lo(v.z) * x1.x + hi(v.z) * x1.y +
-           lo(v.w) * x1.z + hi(v.w) * x1.w;
-  }
-};
+using UnitF16 = UnitHalf16<false>;
+using UnitBF16 = UnitHalf16<true>;
 
 struct UnitF32 {  // 4 floats
   static constexpr int kUnroll = 4;
