@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cublas_api.h"
 #include "backend/cuda/cuda_matmul.h"
 #include "backend/cuda/cuda_matmul_internal.cuh"
 #include "backend/cuda/cuda_matmul_prepared.cuh"
@@ -196,6 +197,17 @@ std::vector<uint8_t> device_layout(const HostWeight& h) {
   else
     std::memcpy(packed.data(), h.raw.data(), packed.size());
   return packed;
+}
+
+// cuBLAS is opened at run time, not linked (so a CPU run does not map it): every entry point the
+// products use resolves in the toolkit's library. No GPU needed.
+TEST(CudaMatmulHost, CublasOpensAtRunTime) {
+  auto api = cuda::cublas_api();
+  ASSERT_TRUE(api.ok()) << api.error().message;
+  EXPECT_NE(api.value()->create, nullptr);
+  EXPECT_NE(api.value()->gemm_ex, nullptr);
+  EXPECT_NE(api.value()->sgemm, nullptr);
+  EXPECT_NE(api.value()->set_workspace, nullptr);
 }
 
 TEST(CudaMatmulHost, LayoutDecodesAsDequantizeRow) {

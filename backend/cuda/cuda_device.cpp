@@ -1,6 +1,8 @@
 #include "backend/cuda/cuda_device.h"
 
 #include <cublas_v2.h>
+
+#include "backend/cuda/cublas_api.h"
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,7 +65,7 @@ Result<double> gemm_tflops(cublasHandle_t h, cudaStream_t s, cudaDataType_t type
   TANDEM_TRY(check(cudaMemsetAsync(b.p, 0x1c, bytes, s), "cudaMemset"));
   const float one = 1.0f, zero = 0.0f;
   auto ms = best_ms(s, 2, 5, [&]() -> Status {
-    const cublasStatus_t r = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, type, n, b.p, type, n,
+    const cublasStatus_t r = cublas_api().value()->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, type, n, b.p, type, n,
                                           &zero, c.p, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (r != CUBLAS_STATUS_SUCCESS) return make_error("cublasGemmEx failed ({})", (int)r);
     return Status::Ok();
@@ -121,9 +123,11 @@ Result<GpuRoofs> measure_roofs(int device) {
     }
   }
   cublasHandle_t h = nullptr;
-  if (st.ok() && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) st = make_error("cublasCreate failed");
+  auto api = cublas_api();
+  if (st.ok() && !api.ok()) st = api.error();
+  if (st.ok() && api.value()->create(&h) != CUBLAS_STATUS_SUCCESS) st = make_error("cublasCreate failed");
   if (st.ok()) {
-    cublasSetStream(h, s);
+    api.value()->set_stream(h, s);
     auto f16 = gemm_tflops(h, s, CUDA_R_16F);
     if (f16.ok()) r.tensor_tflops = f16.value(); else st = f16.error();
   }
@@ -131,7 +135,7 @@ Result<GpuRoofs> measure_roofs(int device) {
     auto bf16 = gemm_tflops(h, s, CUDA_R_16BF);
     if (bf16.ok()) r.bf16_tflops = bf16.value(); else st = bf16.error();
   }
-  if (h) cublasDestroy(h);
+  if (h) api.value()->destroy(h);
   cudaStreamDestroy(s);
   if (!st.ok()) return st.error();
   return r;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/cublas_api.h"
 #include "backend/cuda/cuda_matmul_internal.cuh"
 
 namespace tandem::cuda {
@@ -21,7 +22,7 @@ void check_cublas(cublasStatus_t s, const char* what) {
 void gemm_ex(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const void* a, cudaDataType_t ab_type, const void* x,
              float* out, int64_t ldc) {
   const float one = 1.0f, zero = 0.0f;
-  check_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, ab_type, (int)k, x, ab_type,
+  check_cublas(cublas_api().value()->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, ab_type, (int)k, x, ab_type,
                             (int)k, &zero, out, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
 }
@@ -34,7 +35,7 @@ void run_gemm(const WeightView& w, const float* x, const void* x16, int64_t n, f
   switch (w.type) {
     case DType::F32: {
       const float one = 1.0f, zero = 0.0f;
-      check_cublas(cublasSgemm(ws.cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.rows, (int)n, (int)w.cols, &one,
+      check_cublas(cublas_api().value()->sgemm(ws.cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.rows, (int)n, (int)w.cols, &one,
                                reinterpret_cast<const float*>(w.quants), (int)w.cols, x, (int)w.cols, &zero, out,
                                (int)w.rows),
                    "cublasSgemm");

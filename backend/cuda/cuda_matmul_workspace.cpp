@@ -1,6 +1,7 @@
 // The products' scratch: allocated by reserve() (before any graph capture), never by a product.
 #include <algorithm>
 
+#include "backend/cuda/cublas_api.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_matmul_internal.cuh"
 
@@ -28,7 +29,7 @@ const char* cublas_status_name(cublasStatus_t s) {
 }
 
 MatmulWorkspace::Impl::~Impl() {
-  if (cublas) cublasDestroy(cublas);
+  if (cublas) cublas_api().value()->destroy(cublas);  // a handle exists only once the API loaded
 }
 
 MatmulWorkspace::MatmulWorkspace() : impl_(std::make_unique<Impl>()) {}
@@ -39,7 +40,9 @@ Status MatmulWorkspace::reserve(int64_t max_tokens, int64_t max_cols, int64_t ma
     return make_error("CUDA matmul workspace: bad size {} tokens x {} cols x {} rows", max_tokens, max_cols, max_rows);
   Impl& w = *impl_;
   if (!w.cublas) {
-    const cublasStatus_t s = cublasCreate(&w.cublas);
+    auto api = cublas_api();
+    if (!api.ok()) return api.error();
+    const cublasStatus_t s = api.value()->create(&w.cublas);
     if (s != CUBLAS_STATUS_SUCCESS) {
       w.cublas = nullptr;
       return make_error("cuBLAS: cannot create a handle: {}", cublas_status_name(s));
@@ -94,9 +97,10 @@ Status MatmulWorkspace::reserve(int64_t max_tokens, int64_t max_cols, int64_t ma
 
 void bind_cublas(MatmulWorkspace::Impl& ws, cudaStream_t stream) {
   if (ws.cublas_bound && ws.cublas_stream == stream) return;
-  cublasStatus_t s = cublasSetStream(ws.cublas, stream);
+  const CublasApi& blas = *cublas_api().value();  // loaded by reserve(), which made the handle
+  cublasStatus_t s = blas.set_stream(ws.cublas, stream);
   // cublasSetStream resets the workspace to cuBLAS's own pool, which allocates: set ours again.
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetWorkspace(ws.cublas, ws.cublas_ws.get(), ws.cublas_ws_bytes);
+  if (s == CUBLAS_STATUS_SUCCESS) s = blas.set_workspace(ws.cublas, ws.cublas_ws.get(), ws.cublas_ws_bytes);
   if (s != CUBLAS_STATUS_SUCCESS)
     matmul_contract_violation(fmt::format("cuBLAS: binding to a stream failed: {}", cublas_status_name(s)));
   ws.cublas_stream = stream;
