@@ -1,5 +1,7 @@
 #include "apps/generation_options.h"
 
+#include <unistd.h>
+
 #include <random>
 
 #include <fmt/core.h>
@@ -101,11 +103,13 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   if (!backend.ok()) return backend.error();
   ModelOptions mo;
   mo.backend = backend.value();
-  // A bar on stderr once loading has taken a second (a 135M model loads in a fraction).
+  // A bar on a terminal's stderr once loading has taken a second (a 135M model loads in a
+  // fraction); logs get none.
   Timer t;
   bool shown = false;
+  const bool tty = isatty(STDERR_FILENO);
   mo.on_load_progress = [&](int done, int total) {
-    if (!shown && t.seconds() < 1.0) return;
+    if (!tty || (!shown && t.seconds() < 1.0)) return;
     shown = true;
     const int width = 30, filled = width * done / total;
     fmt::print(stderr, "\rloading {} [{}{}] {}/{} layers, {:.1f} s", o.model, std::string((size_t)filled, '#'),
