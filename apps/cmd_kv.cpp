@@ -6,6 +6,7 @@
 
 #include "apps/commands.h"
 #include "apps/common.h"
+#include "backend/make_backend.h"
 #include "core/units.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_planner.h"
@@ -29,7 +30,7 @@ Command add_kv_command(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "tokens per sequence (default: the model's training context, else 4096)");
   sub->add_option("--batch", a->batch, "sequences")->check(CLI::PositiveNumber);
   sub->add_option("--dtype", a->dtype, "K/V element type: f16, bf16, f32, q8_0, q4_0, ...");
-  sub->add_option("--memory", a->memory, "memory budget for weights + KV, e.g. 24GiB");
+  sub->add_option("--memory", a->memory, "memory budget for weights + KV, e.g. 24GiB; gpu: the GPU's free memory now");
   sub->add_option("--weights-bytes", a->weights, "weight bytes when no model is given, e.g. 140GB");
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a]() -> int {
@@ -62,7 +63,14 @@ Command add_kv_command(CLI::App& app) {
       if (!w.ok()) return fail(w.error().message);
       in.weights_bytes = w.value();
     }
-    if (!a->memory.empty()) {
+    std::string budget = a->memory;
+    if (a->memory == "gpu") {  // what a model loaded onto the GPU now would share with its KV pool
+      auto gpu = probe_gpu();
+      if (!gpu.ok()) return fail(fmt::format("--memory gpu: {}", gpu.error().message));
+      in.memory_bytes = gpu->memory_free;
+      budget = fmt::format("{}'s free memory ({} of {})", gpu->name, format_bytes((double)gpu->memory_free),
+                           format_bytes((double)gpu->memory_total));
+    } else if (!a->memory.empty()) {
       auto m = parse_bytes(a->memory);
       if (!m.ok()) return fail(m.error().message);
       in.memory_bytes = m.value();
@@ -102,10 +110,10 @@ Command add_kv_command(CLI::App& app) {
       fmt::print("weights          {:>14} bytes  {}   (KV of one sequence is {:.1f}% of it)\n", in.weights_bytes,
                  format_bytes((double)in.weights_bytes), 100.0 * p.bytes_per_sequence / in.weights_bytes);
     if (in.memory_bytes && in.memory_bytes <= in.weights_bytes) {
-      fmt::print("in {} ({}): the weights alone ({}) do not fit; no room for a KV cache\n", a->memory,
+      fmt::print("in {} ({}): the weights alone ({}) do not fit; no room for a KV cache\n", budget,
                  format_bytes((double)in.memory_bytes), format_bytes((double)in.weights_bytes));
     } else if (in.memory_bytes) {
-      fmt::print("in {} ({}): weights leave {}; {} sequences of {} tokens fit ({} KV tokens in all)\n", a->memory,
+      fmt::print("in {} ({}): weights leave {}; {} sequences of {} tokens fit ({} KV tokens in all)\n", budget,
                  format_bytes((double)in.memory_bytes),
                  format_bytes((double)(in.memory_bytes > in.weights_bytes ? in.memory_bytes - in.weights_bytes : 0)),
                  p.max_sequences, in.ctx, p.max_tokens);
