@@ -212,11 +212,16 @@ size_t smem_bytes(int hd) { return sizeof(float) * ((size_t)kRows * hd + (size_t
 template <int DV, int KVT>
 void launch(const AttentionArgs& a, dim3 grid, bool decode, int n_split, int head_chunks, float* part, cudaStream_t s) {
   const size_t smem = smem_bytes(a.head_dim);
-  static bool raised = false;  // above 48 KB a kernel must ask for its shared memory
-  if (smem > 48 * 1024 && !raised) {
-    cudaFuncSetAttribute(attend_kernel<DV, KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    raised = true;
-  }
+  // Above 48 KB a kernel must ask for its shared memory: ask once for the most this variant can
+  // need (head_dim 32 * DV), so a later, larger head_dim of the same variant still launches.
+  // (Per process; a second GPU would need its own call.)
+  static const bool raised = [] {
+    const size_t most = smem_bytes(32 * DV);
+    if (most > 48 * 1024)
+      cudaFuncSetAttribute(attend_kernel<DV, KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+    return true;
+  }();
+  (void)raised;
   attend_kernel<DV, KVT><<<grid, kWarps * 32, smem, s>>>(a, decode, n_split, head_chunks, part);
 }
 

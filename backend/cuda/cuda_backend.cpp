@@ -295,6 +295,9 @@ bool CudaBackend::record(std::initializer_list<uint64_t> sig, const BatchOffsets
 
 Status CudaBackend::reserve_workspace(int64_t n_tokens) {
   if (n_tokens <= ws_tokens_ && max_cols_ <= ws_cols_ && max_rows_ <= ws_rows_) return Status::Ok();
+  // No product weight yet (a pass of element-wise ops alone): nothing to reserve; matmul()
+  // reserves on its own once one exists.
+  if (max_cols_ == 0 || max_rows_ == 0) return Status::Ok();
   const int64_t t = std::max(n_tokens, ws_tokens_);
   clear_graphs();  // the workspace may move
   TANDEM_TRY(ws_->reserve(t, max_cols_, max_rows_, stream_));

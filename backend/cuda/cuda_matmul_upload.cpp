@@ -83,7 +83,10 @@ Result<DeviceWeight> upload_weight(const WeightSource& src, cudaStream_t stream)
     repack_quantized(src, repacked.data());
     host = repacked.data();
   }
-  TANDEM_TRY(check(cudaMemcpyAsync(mem->get(), host, (size_t)bytes, cudaMemcpyHostToDevice, stream),
+  // Plain types are copied as they are: only the tensor's own bytes (the device rows' padding
+  // to 16 bytes is never read as data; reading that far past the file's tensor could fault).
+  const size_t copy = is_quantized(src.type) ? (size_t)bytes : (size_t)src.rows * src.row_bytes;
+  TANDEM_TRY(check(cudaMemcpyAsync(mem->get(), host, copy, cudaMemcpyHostToDevice, stream),
                    "copying a weight to the device"));
   // The host bytes (the repack, or the caller's mapping) must outlive the copy.
   TANDEM_TRY(check(cudaStreamSynchronize(stream), "copying a weight to the device"));
