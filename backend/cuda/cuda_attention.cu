@@ -21,6 +21,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRows = kWarps * kRowsPerWarp;  // query rows per block
+static_assert(kAttentionTileRows <= kRows, "a prefill tile's rows must fit one block's");
 constexpr int kKeys = 32;                     // keys per tile: one per lane
 
 __host__ __device__ inline size_t head_bytes(int kv_dtype, int hd) {

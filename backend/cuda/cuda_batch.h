@@ -8,12 +8,12 @@
 #include <span>
 #include <vector>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/forward_batch.h"
 
 namespace tandem {
 
 // Query rows of one sequence that the prefill attention kernel takes as one tile.
-constexpr int kAttentionTileRows = 16;
 // A batch whose every sequence has at most this many tokens runs the split-K decode kernel.
 constexpr int kDecodeMaxSeqTokens = 4;
 

@@ -11,6 +11,10 @@
 
 namespace tandem::cuda {
 
+// Query rows of one sequence per prefill attention tile: the batch staging (cuda_batch) cuts
+// tiles this tall and the attention kernel gives each tile one block of this many rows.
+constexpr int kAttentionTileRows = 16;
+
 // out = x / rms(x) * w over each `width`-wide piece of each row (width == cols: whole rows).
 // x, out: [rows, cols]; w: [width]. The sum of squares in double, as the CPU's.
 int rmsnorm(const float* x, const float* w, float* out, int64_t rows, int64_t cols, int64_t width, float eps,
