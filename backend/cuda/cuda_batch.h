@@ -13,7 +13,8 @@
 
 namespace tandem {
 
-// Query rows of one sequence that the prefill attention kernel takes as one tile.
+using cuda::kAttentionTileRows;  // query rows of one sequence per prefill attention tile
+
 // A batch whose every sequence has at most this many tokens runs the split-K decode kernel.
 constexpr int kDecodeMaxSeqTokens = 4;
 
