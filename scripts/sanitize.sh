@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 build=build-asan
 # CUDA off: the release build compiles and tests the CUDA backend; this one checks the host code the CPU runs.
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target tandem tandem_tests
+cmake --build "$build" -j"$(nproc)" --target tandem tandem_tests tandem_backend_tests
 
 logs="$PWD/$build/sanitizer-logs"
 rm -rf "$logs"

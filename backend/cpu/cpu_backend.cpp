@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -77,6 +78,10 @@ Result<KvStore> CpuBackend::new_kv_store(DType dtype, int n_layer, int block_tok
   auto layout = kv_store_layout(dtype, n_layer, block_tokens, n_blocks, row_bytes);
   if (!layout.ok()) return layout.error();
   KvStore kv = std::move(layout.value());
+  // More than the machine has can only fail later, in the middle of serving: refuse it now.
+  const uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+  if (ram > 0 && kv.bytes() > ram)
+    return make_error("a KV store of {} bytes does not fit in this machine's {} bytes of memory", kv.bytes(), ram);
   std::shared_ptr<uint8_t[]> mem(new (std::nothrow) uint8_t[kv.bytes()]);
   if (!mem) return make_error("cannot allocate a KV store of {} bytes", kv.bytes());
   kv.data = mem.get();

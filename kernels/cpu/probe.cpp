@@ -25,10 +25,10 @@ double fma_loop_scalar(long iters, float* sink) {
 }
 
 double int8_loop_scalar(long iters, float* sink) {
-  int32_t a[8] = {};
-  const int32_t u = 3, w = -2;
+  uint32_t a[8] = {};  // unsigned: the sums wrap over a long probe instead of overflowing
+  const uint32_t u = 3, w = 0xFFFFFFFEu;
   for (long i = 0; i < iters; i++)
-    for (int32_t& x : a) x += u * w;
+    for (uint32_t& x : a) x += u * w;
   *sink = (float)(a[0] + a[7]);
   return 2.0 * 8 * (double)iters;
 }

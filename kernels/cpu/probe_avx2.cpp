@@ -60,7 +60,7 @@ double int8_loop_avx2(long iters, float* sink) {
     for (auto& x : a) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
   __m256i t = a[0];
   for (int k = 1; k < 8; k++) t = _mm256_add_epi32(t, a[k]);
-  alignas(32) int32_t out[8];
+  alignas(32) uint32_t out[8];  // the lanes wrap; summed unsigned, as the hardware adds
   _mm256_store_si256(reinterpret_cast<__m256i*>(out), t);
   *sink = (float)(out[0] + out[7]);
   return 2.0 * 32 * 8 * (double)iters;

@@ -6,6 +6,8 @@
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace tandem::cpu::detail {
 
 double fma_loop_avx512(long iters, float* sink) {
@@ -30,7 +32,12 @@ double int8_loop_avx512(long iters, float* sink) {
     for (auto& x : a) x = _mm512_dpbusd_epi32(x, u, s);
   __m512i t = a[0];
   for (int k = 1; k < 10; k++) t = _mm512_add_epi32(t, a[k]);
-  *sink = (float)_mm512_reduce_add_epi32(t);
+  // The lanes wrap (the hardware's arithmetic); sum them unsigned, so no C++ overflow either.
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, t);
+  uint32_t sum = 0;
+  for (uint32_t v : lanes) sum += v;
+  *sink = (float)sum;
   return 2.0 * 64 * 10 * (double)iters;
 }
 
