@@ -267,6 +267,14 @@ std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& pro
 struct Collected {
   std::map<int64_t, std::vector<int32_t>> tokens;
   std::map<int64_t, SeqEvent> finished;
+  // A request's callback that records its tokens and its finish event here.
+  SeqCallback callback() {
+    return [this](const SeqEvent& e) {
+      if (e.finish != FinishReason::None) finished[e.id] = e;
+      else tokens[e.id].push_back(e.token);
+      return true;
+    };
+  }
 };
 
 void run_all(Scheduler& s, int max_steps = 10000) {
@@ -293,11 +301,7 @@ TEST(Scheduler, ContinuousBatchingMatchesSequentialGreedy) {
       rp.prompt = p;
       rp.max_tokens = 10;
       rp.sampling.temperature = 0;
-      auto id = sched.add(rp, [&c](const SeqEvent& e) {
-        if (e.finish != FinishReason::None) c.finished[e.id] = e;
-        else c.tokens[e.id].push_back(e.token);
-        return true;
-      });
+      auto id = sched.add(rp, c.callback());
       ASSERT_TRUE(id.ok());
       which[id.value()] = (size_t)r;
       if (r == 2) {  // later requests join mid-generation
@@ -325,11 +329,7 @@ TEST(Scheduler, PrefixCacheSkipsSharedPrefill) {
   std::vector<int32_t> system;
   for (int t = 0; t < 20; t++) system.push_back(10 + t);
   Collected c;
-  auto cb = [&c](const SeqEvent& e) {
-    if (e.finish != FinishReason::None) c.finished[e.id] = e;
-    else c.tokens[e.id].push_back(e.token);
-    return true;
-  };
+  auto cb = c.callback();
   RequestParams a;
   a.prompt = system;
   a.prompt.push_back(50);
@@ -355,11 +355,7 @@ TEST(Scheduler, StopsCancelsAndRejects) {
   const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
   const auto ref = greedy_alone(*m, prompt, 6);
   Collected c;
-  auto cb = [&c](const SeqEvent& e) {
-    if (e.finish != FinishReason::None) c.finished[e.id] = e;
-    else c.tokens[e.id].push_back(e.token);
-    return true;
-  };
+  auto cb = c.callback();
   RequestParams stop;
   stop.prompt = prompt;
   stop.max_tokens = 6;
@@ -398,11 +394,7 @@ TEST(Scheduler, PrefixCacheCollisionsDoNotShareKv) {
   ASSERT_TRUE(pool.ok());
   Scheduler sched(*m, *pool.value());
   Collected c;
-  auto cb = [&c](const SeqEvent& e) {
-    if (e.finish != FinishReason::None) c.finished[e.id] = e;
-    else c.tokens[e.id].push_back(e.token);
-    return true;
-  };
+  auto cb = c.callback();
   RequestParams a;
   for (int t = 0; t < 21; t++) a.prompt.push_back(10 + t);
   a.max_tokens = 6;
@@ -439,11 +431,7 @@ TEST(Scheduler, KvExhaustionFinishesWithLength) {
   r.prompt = {4, 8, 15, 16, 23};
   r.max_tokens = 50;
   r.sampling.temperature = 0;
-  auto id = sched.add(r, [&c](const SeqEvent& e) {
-    if (e.finish != FinishReason::None) c.finished[e.id] = e;
-    else c.tokens[e.id].push_back(e.token);
-    return true;
-  });
+  auto id = sched.add(r, c.callback());
   ASSERT_TRUE(id.ok());
   run_all(sched);
   const SeqEvent& fin = c.finished[id.value()];
@@ -476,11 +464,7 @@ TEST(Scheduler, TinyPoolsEndEveryRequestAsLength) {
       for (int t = 0; t < r; t++) rp.prompt.push_back(50 + r + t);
       rp.max_tokens = 60;
       rp.sampling.temperature = 0;
-      auto id = sched.add(rp, [&c](const SeqEvent& e) {
-        if (e.finish != FinishReason::None) c.finished[e.id] = e;
-        else c.tokens[e.id].push_back(e.token);
-        return true;
-      });
+      auto id = sched.add(rp, c.callback());
       ASSERT_TRUE(id.ok()) << id.error().message;
       prompts[id.value()] = rp.prompt;
     }

@@ -68,6 +68,16 @@ TANDEM_HD int dot16(int w0, int w1, int w2, int w3, const int4& a) {
 
 // ---- the units, one per type: units_per_row(cols), load(w, row, u), dot(act) ----
 
+// Sum over a Q4 block of nibble x int8 activation: the 16 low nibbles meet activations 0..15,
+// the 16 high nibbles 16..31 (GGML's Q4_0/Q4_1 order).
+TANDEM_HD int nibble_dot(int4 q, const ActRow& a, int64_t u) {
+  const int4 a0 = load16(a.q + u * 32), a1 = load16(a.q + u * 32 + 16);
+  const int lo = dot16(q.x & 0x0F0F0F0F, q.y & 0x0F0F0F0F, q.z & 0x0F0F0F0F, q.w & 0x0F0F0F0F, a0);
+  const int hi = dot16((q.x >> 4) & 0x0F0F0F0F, (q.y >> 4) & 0x0F0F0F0F, (q.z >> 4) & 0x0F0F0F0F,
+                       (q.w >> 4) & 0x0F0F0F0F, a1);
+  return lo + hi;
+}
+
 struct UnitQ4_0 {  // one block: 16 quant bytes
   static constexpr int kUnroll = 4;
   int4 q;
@@ -77,12 +87,9 @@ struct UnitQ4_0 {  // one block: 16 quant bytes
     return {load16(w.quants + row * w.q_row_bytes + u * 16), half_bits_to_float(load_u16(w.meta + row * w.m_row_bytes + u * 2))};
   }
   TANDEM_HD float dot(const ActRow& a, int64_t u) const {
-    const int4 a0 = load16(a.q + u * 32), a1 = load16(a.q + u * 32 + 16);
-    const int lo = dot16(q.x & 0x0F0F0F0F, q.y & 0x0F0F0F0F, q.z & 0x0F0F0F0F, q.w & 0x0F0F0F0F, a0);
-    const int hi = dot16((q.x >> 4) & 0x0F0F0F0F, (q.y >> 4) & 0x0F0F0F0F, (q.z >> 4) & 0x0F0F0F0F,
-                         (q.w >> 4) & 0x0F0F0F0F, a1);
+    const int sum = nibble_dot(q, a, u);
     const float2 ds = a.ds[u];
-    return d * (ds.x * (float)(lo + hi) - 8.0f * ds.y);
+    return d * (ds.x * (float)sum - 8.0f * ds.y);
   }
 };
 
@@ -97,12 +104,9 @@ struct UnitQ4_1 {  // one block: 16 quant bytes
             half_bits_to_float(load_u16(meta + 2))};
   }
   TANDEM_HD float dot(const ActRow& a, int64_t u) const {
-    const int4 a0 = load16(a.q + u * 32), a1 = load16(a.q + u * 32 + 16);
-    const int lo = dot16(q.x & 0x0F0F0F0F, q.y & 0x0F0F0F0F, q.z & 0x0F0F0F0F, q.w & 0x0F0F0F0F, a0);
-    const int hi = dot16((q.x >> 4) & 0x0F0F0F0F, (q.y >> 4) & 0x0F0F0F0F, (q.z >> 4) & 0x0F0F0F0F,
-                         (q.w >> 4) & 0x0F0F0F0F, a1);
+    const int sum = nibble_dot(q, a, u);
     const float2 ds = a.ds[u];
-    return d * ds.x * (float)(lo + hi) + m * ds.y;
+    return d * ds.x * (float)sum + m * ds.y;
   }
 };
 
