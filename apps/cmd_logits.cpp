@@ -40,14 +40,12 @@ Command add_logits_command(CLI::App& app) {
     if (!pool.ok()) return fail(pool.error().message);
     SequenceRunner seq(m, *pool.value());
     std::vector<float> out(tokens.size() * V);
-    for (size_t t = 0; t < tokens.size(); t++) {
-      std::span<const float> r;
-      if (a->mode == "prefill") {
-        auto all = seq.run(tokens, true);
-        if (!all.ok()) return fail(all.error().message);
-        std::copy(all->begin(), all->end(), out.begin());
-        break;
-      }
+    if (a->mode == "prefill") {  // every position's logits from one batch
+      auto all = seq.run(tokens, true);
+      if (!all.ok()) return fail(all.error().message);
+      std::copy(all->begin(), all->end(), out.begin());
+    }
+    for (size_t t = 0; a->mode != "prefill" && t < tokens.size(); t++) {
       if (a->mode == "naive") seq.clear();  // position t's K,V and those of all before it, again
       auto l = a->mode == "naive" ? seq.run(std::span<const int32_t>(tokens.data(), t + 1))
                                   : seq.run(std::span<const int32_t>(&tokens[t], 1));

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -16,11 +17,8 @@ namespace tandem::apps {
 // Prints "error: msg" to stderr and returns the exit code 1.
 int fail(const std::string& msg);
 
-// The CPU backend for the command line's options: kernel level ("auto", "avx2", ...),
-// threads (0 = all cores), 8-bit or float activations, and a comma-separated list of weight
-// name parts whose products stay on float activations (--exact-products).
-Result<std::shared_ptr<CpuBackend>> make_cpu_backend(const std::string& isa, int threads, bool quantized_activations,
-                                                     const std::string& exact_products = "");
+// The names of a comma-separated --exact-products list ("none": no names).
+std::vector<std::string> exact_product_names(const std::string& list);
 // The CPU backend a model runs on, or null when it runs on another (a GPU).
 const CpuBackend* cpu_backend(const LlamaModel& m);
 

@@ -96,9 +96,7 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   choice.threads = o.threads;
   choice.isa = o.isa;
   choice.quantized_activations = o.activations == "q8";
-  auto cpu = make_cpu_backend(o.isa, o.threads, choice.quantized_activations, exact_products_for(o.exact_products, *file.value()));
-  if (!cpu.ok()) return cpu.error();  // parses --exact-products and --isa the same way for every device
-  choice.exact_products = cpu.value()->exact_products();
+  choice.exact_products = exact_product_names(exact_products_for(o.exact_products, *file.value()));
   auto backend = make_backend(choice);
   if (!backend.ok()) return backend.error();
   ModelOptions mo;

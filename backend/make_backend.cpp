@@ -22,7 +22,7 @@ namespace {
 
 Result<std::shared_ptr<Backend>> make_cpu(const BackendChoice& c) {
   CpuBackendOptions o;
-  if (!cpu::parse_isa(c.isa, &o.isa)) return make_error("unknown or unsupported ISA '{}'", c.isa);
+  if (!cpu::parse_isa(c.isa, &o.isa)) return make_error("unknown or unsupported --isa '{}'", c.isa);
   if (c.threads < 0) return make_error("thread count {} is negative", c.threads);
   o.threads = c.threads;
   o.quantized_activations = c.quantized_activations;

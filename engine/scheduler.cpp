@@ -182,8 +182,7 @@ Status Scheduler::step() {
   std::vector<Seq*> logit_seq;
   Timer pass_timer;
   auto logits = run(plan, logit_seq);
-  stats_.last_pass_s = pass_timer.seconds();
-  stats_.pass_s += stats_.last_pass_s;
+  stats_.pass_s += pass_timer.seconds();
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;

@@ -70,8 +70,7 @@ struct SchedulerStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0;
-  double pass_s = 0;       // time in forward passes, all steps
-  double last_pass_s = 0;  // the last step's forward pass
+  double pass_s = 0;  // time in forward passes, all steps
 };
 
 class Scheduler {

@@ -39,7 +39,6 @@ class CpuBackend final : public Backend {
   int threads() const { return threads_; }
   bool quantized_activations() const { return kernels_.quantized_activations; }
   const cpu::CpuKernels& kernels() const { return kernels_; }
-  const std::vector<std::string>& exact_products() const { return exact_products_; }
 
   std::string describe() const override;
   Tensor new_tensor(int64_t rows, int64_t cols) override;
