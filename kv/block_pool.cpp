@@ -19,9 +19,9 @@ Result<std::unique_ptr<BlockPool>> BlockPool::create(const BlockPoolShape& s, Ba
 
 int64_t BlockPool::blocks_for_bytes(const BlockPoolShape& s, uint64_t bytes) {
   auto row = kv_row_bytes(s.dtype, s.n_kv_head, s.head_dim);
-  if (!row.ok() || s.n_layer <= 0 || s.block_tokens <= 0) return 0;
-  const uint64_t per_block = 2ull * (uint64_t)s.n_layer * (uint64_t)s.block_tokens * row.value();
-  return (int64_t)(bytes / per_block);
+  if (!row.ok()) return 0;
+  auto one = kv_store_layout(s.dtype, s.n_layer, s.block_tokens, 1, row.value());  // a block's bytes, as a store lays it out
+  return one.ok() ? (int64_t)(bytes / one->block_bytes()) : 0;
 }
 
 }  // namespace tandem
