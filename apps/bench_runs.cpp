@@ -20,13 +20,13 @@ std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt) {
 namespace {
 
 // A KV pool for `tokens` positions, in 16-token blocks as every command's.
-Result<std::unique_ptr<BlockPool>> pool_for(LlamaModel& m, int64_t tokens, DType kv_dtype) {
+Result<std::unique_ptr<BlockPool>> pool_for(Model& m, int64_t tokens, DType kv_dtype) {
   return m.new_kv_pool(std::max<int64_t>(1, (tokens + 15) / 16), kv_dtype);
 }
 
 // Prefills `depth` tokens (their own id sequence, so the timed tokens are the same at every
 // depth) into the runner, untimed.
-Status fill_to_depth(LlamaModel& m, SequenceRunner& seq, int64_t depth) {
+Status fill_to_depth(Model& m, SequenceRunner& seq, int64_t depth) {
   if (depth <= 0) return Status::Ok();
   const auto context = bench_tokens(depth, m.config().n_vocab, 2);
   auto r = seq.run(context);
@@ -36,7 +36,7 @@ Status fill_to_depth(LlamaModel& m, SequenceRunner& seq, int64_t depth) {
 
 }  // namespace
 
-Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
+Result<double> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
   auto pool = pool_for(m, depth + n, kv_dtype);
   if (!pool.ok()) return pool.error();
   SequenceRunner seq(m, *pool.value());
@@ -48,7 +48,7 @@ Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype, int64_t de
   return t.seconds();
 }
 
-Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth) {
+Result<double> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
   auto pool = pool_for(m, depth + n, kv_dtype);
   if (!pool.ok()) return pool.error();
   SequenceRunner seq(m, *pool.value());
@@ -62,7 +62,7 @@ Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype, int64_t dep
   return t.seconds();
 }
 
-Result<std::vector<ContextPoint>> sweep_context(LlamaModel& m, const std::vector<int64_t>& lengths, int decode_steps,
+Result<std::vector<ContextPoint>> sweep_context(Model& m, const std::vector<int64_t>& lengths, int decode_steps,
                                                 DType kv_dtype) {
   std::vector<ContextPoint> out;
   for (int64_t len : lengths) {
@@ -86,7 +86,7 @@ Result<std::vector<ContextPoint>> sweep_context(LlamaModel& m, const std::vector
   return out;
 }
 
-Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(LlamaModel& m, const std::vector<int64_t>& ns, DType kv_dtype) {
+Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(Model& m, const std::vector<int64_t>& ns, DType kv_dtype) {
   std::vector<GenerationPoint> out;
   for (int64_t n : ns) {
     const auto tokens = bench_tokens(n, m.config().n_vocab, 99);

@@ -8,17 +8,17 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem::apps {
 
 std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt = 0);
 // Seconds for one prefill of n tokens at positions [depth, depth + n): a context of `depth`
 // tokens is prefilled first, untimed (llama-bench's -d).
-Result<double> time_prefill(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth = 0);
+Result<double> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
 // Seconds for n decode steps starting at position `depth` (after an untimed prefill of that
 // many tokens): each step then reads depth + i cached positions besides the weights.
-Result<double> time_decode(LlamaModel& m, int64_t n, DType kv_dtype, int64_t depth = 0);
+Result<double> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
 
 struct ContextPoint {
   int64_t context = 0;
@@ -26,7 +26,7 @@ struct ContextPoint {
   double tpot_s = 0;  // mean of the decode steps right after it
 };
 // For each length: prefill it, then decode `decode_steps` tokens on top.
-Result<std::vector<ContextPoint>> sweep_context(LlamaModel& m, const std::vector<int64_t>& lengths, int decode_steps,
+Result<std::vector<ContextPoint>> sweep_context(Model& m, const std::vector<int64_t>& lengths, int decode_steps,
                                                 DType kv_dtype);
 
 struct GenerationPoint {
@@ -34,7 +34,7 @@ struct GenerationPoint {
   double cached_s = 0;     // prefill 1 + n - 1 decode steps
   double no_cache_s = 0;   // n forward passes over the whole sequence so far
 };
-Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(LlamaModel& m, const std::vector<int64_t>& ns, DType kv_dtype);
+Result<std::vector<GenerationPoint>> sweep_cache_vs_naive(Model& m, const std::vector<int64_t>& ns, DType kv_dtype);
 
 // Least-squares slope of log(y) over log(x): the exponent k of y ~ x^k.
 double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y);

@@ -20,12 +20,12 @@ const char* kGray = "#7f7f7f";
 
 }  // namespace
 
-Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& peaks, const PhaseMeasure& pp,
+Status run_sweep(Model& m, const SweepOptions& o, const cpu::MachinePeaks& peaks, const PhaseMeasure& pp,
                  const PhaseMeasure& tg) {
   std::error_code ec;
   std::filesystem::create_directories(o.dir, ec);
   if (ec) return make_error("cannot create {}: {}", o.dir, ec.message());
-  const LlamaConfig& c = m.config();
+  const ModelConfig& c = m.config();
   const std::string model = c.name.empty() ? c.arch : c.name;
   const double kv_elem = kv_element_bytes(o.kv_dtype);
   const ModelShape shape = ModelShape::of(c, m.weights(), kv_elem);

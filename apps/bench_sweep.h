@@ -7,7 +7,7 @@
 
 #include "apps/phase_report.h"
 #include "core/error.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem::apps {
 
@@ -19,7 +19,7 @@ struct SweepOptions {
 };
 
 // pp and tg are the bench's own phase measures, placed on the roofline chart.
-Status run_sweep(LlamaModel& m, const SweepOptions& o, const cpu::MachinePeaks& peaks, const PhaseMeasure& pp,
+Status run_sweep(Model& m, const SweepOptions& o, const cpu::MachinePeaks& peaks, const PhaseMeasure& pp,
                  const PhaseMeasure& tg);
 
 }  // namespace tandem::apps

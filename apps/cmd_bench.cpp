@@ -57,8 +57,8 @@ Command add_bench_command(CLI::App& app) {
   return [a]() -> int {
     auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
-    LlamaModel& model = *lm->model;
-    const LlamaConfig& c = model.config();
+    Model& model = *lm->model;
+    const ModelConfig& c = model.config();
     const DType kv = kv_dtype_of(a->kv_dtype);
     if (a->depth + a->p > c.n_ctx_train || a->depth + a->n > c.n_ctx_train)
       return fail(fmt::format("-d + -p or -d + -n past the model's context of {} tokens", c.n_ctx_train));

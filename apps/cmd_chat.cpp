@@ -32,7 +32,7 @@ Command add_chat_command(CLI::App& app) {
   return [a]() -> int {
     auto lm = load_model(a->gen);
     if (!lm.ok()) return fail(lm.error().message);
-    LlamaModel& model = *lm->model;
+    Model& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
     auto tmpl = ChatTemplate::from_gguf(model.gguf(), tok.vocab());
     if (!tmpl.ok()) return fail(tmpl.error().message);

@@ -30,7 +30,7 @@ Command add_explain_command(CLI::App& app) {
     if (a->gen.no_kv_cache) return fail("explain compares the two phases of cached inference; run without --no-kv-cache");
     auto lm = load_model(a->gen);
     if (!lm.ok()) return fail(lm.error().message);
-    LlamaModel& model = *lm->model;
+    Model& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
     const std::vector<int32_t> prompt = tok.encode(a->prompt, true, true);
     const GenerationConfig cfg = a->gen.config(tok.vocab());

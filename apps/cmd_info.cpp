@@ -7,7 +7,7 @@
 #include "apps/common.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_planner.h"
-#include "model/llama_config.h"
+#include "model/model_config.h"
 
 namespace tandem::apps {
 
@@ -38,7 +38,7 @@ Command add_info_command(CLI::App& app) {
       }
     }
     for (const auto& [name, cb] : by_type) fmt::print("  tensors of {:<5} {:>4}  {}\n", name, cb.first, human_bytes(cb.second));
-    auto c = LlamaConfig::from_gguf(g);
+    auto c = ModelConfig::from_gguf(g);
     if (!c.ok()) {
       fmt::print("model: {}\n", c.error().message);
       return 0;

@@ -10,7 +10,7 @@
 #include "core/units.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_planner.h"
-#include "model/llama_config.h"
+#include "model/model_config.h"
 
 namespace tandem::apps {
 
@@ -39,7 +39,7 @@ Command add_kv_command(CLI::App& app) {
     if (!a->model.empty()) {
       auto f = GgufFile::open(a->model);
       if (!f.ok()) return fail(f.error().message);
-      auto c = LlamaConfig::from_gguf(*f.value());
+      auto c = ModelConfig::from_gguf(*f.value());
       if (!c.ok()) return fail(c.error().message);
       in.n_layer = c->n_layer;
       in.n_kv_head = c->n_kv_head;

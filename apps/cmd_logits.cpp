@@ -11,7 +11,7 @@
 #include "apps/common.h"
 #include "apps/generation_options.h"
 #include "engine/sequence_runner.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem::apps {
 
@@ -34,7 +34,7 @@ Command add_logits_command(CLI::App& app) {
     if (tokens.empty()) return fail("no tokens given");
     auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
-    LlamaModel& m = *lm->model;
+    Model& m = *lm->model;
     const int64_t V = m.config().n_vocab;
     auto pool = m.new_kv_pool(((int64_t)tokens.size() + 15) / 16, kv_dtype_of(a->kv_dtype));
     if (!pool.ok()) return fail(pool.error().message);

@@ -72,7 +72,7 @@ Command add_perplexity_command(CLI::App& app) {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto cfg = load_config(a->load, a->kv_dtype, a->ctx);
     if (!cfg.ok()) return fail(cfg.error().message);
-    LlamaModel& model = *cfg->lm.model;
+    Model& model = *cfg->lm.model;
     const Tokenizer& tok = *cfg->lm.tokenizer;
     if (a->ctx > model.config().n_ctx_train)
       return fail(fmt::format("--ctx {} is past the model's context of {}", a->ctx, model.config().n_ctx_train));

@@ -33,7 +33,7 @@ Command add_run_command(CLI::App& app) {
     if (a->prompt.empty()) return fail("give a prompt with -p or -f");
     auto lm = load_model(a->gen);
     if (!lm.ok()) return fail(lm.error().message);
-    LlamaModel& model = *lm->model;
+    Model& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
     const std::vector<int32_t> prompt = tok.encode(a->prompt, true, true);
     const GenerationConfig cfg = a->gen.config(tok.vocab());

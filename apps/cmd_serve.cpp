@@ -108,8 +108,8 @@ Command add_serve_command(CLI::App& app) {
     if (!key.ok()) return fail(key.error().message);
     auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
-    LlamaModel& model = *lm->model;
-    const LlamaConfig& c = model.config();
+    Model& model = *lm->model;
+    const ModelConfig& c = model.config();
     auto mem = parse_bytes(a->kv_memory);
     if (!mem.ok()) return fail(mem.error().message);
     BlockPoolShape ps{c.n_layer, c.n_kv_head, c.head_dim, a->block_tokens, 0, kv_dtype_of(a->kv_dtype)};

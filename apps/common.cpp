@@ -4,7 +4,7 @@
 
 #include <fmt/core.h>
 
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem::apps {
 
@@ -23,6 +23,6 @@ std::vector<std::string> exact_product_names(const std::string& list) {
   return names;
 }
 
-const CpuBackend* cpu_backend(const LlamaModel& m) { return dynamic_cast<const CpuBackend*>(&m.backend()); }
+const CpuBackend* cpu_backend(const Model& m) { return dynamic_cast<const CpuBackend*>(&m.backend()); }
 
 }  // namespace tandem::apps

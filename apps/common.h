@@ -9,7 +9,7 @@
 #include "core/error.h"
 
 namespace tandem {
-class LlamaModel;
+class Model;
 }
 
 namespace tandem::apps {
@@ -20,6 +20,6 @@ int fail(const std::string& msg);
 // The names of a comma-separated --exact-products list ("none": no names).
 std::vector<std::string> exact_product_names(const std::string& list);
 // The CPU backend a model runs on, or null when it runs on another (a GPU).
-const CpuBackend* cpu_backend(const LlamaModel& m);
+const CpuBackend* cpu_backend(const Model& m);
 
 }  // namespace tandem::apps

@@ -114,16 +114,16 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
                std::string((size_t)(width - filled), '.'), done, total, t.seconds());
     if (done == total) fmt::print(stderr, "\n");
   };
-  auto m = LlamaModel::from_gguf(std::move(file.value()), mo);
+  auto m = Model::from_gguf(std::move(file.value()), mo);
   if (!m.ok()) return m.error();
   auto tok = Tokenizer::from_gguf(m.value()->gguf());
   if (!tok.ok()) return tok.error();
   return LoadedModel{std::move(m.value()), std::move(tok.value())};
 }
 
-void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o) {
+void print_stats(const GenerationStats& st, const Model& m, const GenerationOptions& o) {
   if (o.quiet_stats) return;
-  const LlamaConfig& c = m.config();
+  const ModelConfig& c = m.config();
   fmt::print(stderr, "\n\n--- tandem: {} ({}), {} ---\n", c.name.empty() ? c.arch : c.name, c.arch,
              m.backend().describe());
   fmt::print(stderr, "prompt tokens  {}{}\n", st.n_prompt,

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::apps {
@@ -52,12 +52,12 @@ struct GenerationOptions : ModelLoadOptions {
 };
 
 struct LoadedModel {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
 Result<LoadedModel> load_model(const ModelLoadOptions& o);
 
 // Prints prompt tokens, TTFT, TPOT, tok/s of each phase and the KV pool's bytes to stderr.
-void print_stats(const GenerationStats& st, const LlamaModel& m, const GenerationOptions& o);
+void print_stats(const GenerationStats& st, const Model& m, const GenerationOptions& o);
 
 }  // namespace tandem::apps

@@ -10,7 +10,7 @@
 
 namespace tandem::apps {
 
-bool runs_int8_products(const LlamaModel& m) {
+bool runs_int8_products(const Model& m) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&m.backend());
   if (!cpu || !cpu->quantized_activations()) return false;
   const CpuBackend& be = *cpu;
@@ -59,7 +59,7 @@ std::string machine_line(const cpu::MachinePeaks& m) {
       m.read_median / 1e9, m.read_min / 1e9, m.ridge(false), m.ridge(true));
 }
 
-Result<cpu::MachinePeaks> measure_roofs(const LlamaModel& m) {
+Result<cpu::MachinePeaks> measure_roofs(const Model& m) {
   if (const auto* be = dynamic_cast<const CpuBackend*>(&m.backend())) return cpu::measure_machine(be->isa(), be->threads());
   auto gpu = probe_gpu();
   if (!gpu.ok()) return gpu.error();

@@ -10,7 +10,7 @@
 
 #include "engine/phase_cost.h"
 #include "kernels/cpu/probe.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem::apps {
 
@@ -39,10 +39,10 @@ std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::Mach
 std::string machine_line(const cpu::MachinePeaks& m);
 // The roofs of the machine the model runs on: the CPU's probes, or the GPU's (HBM read,
 // tensor-core GEMM) when its backend is the GPU.
-Result<cpu::MachinePeaks> measure_roofs(const LlamaModel& m);
+Result<cpu::MachinePeaks> measure_roofs(const Model& m);
 // True when the model's products run 8-bit dot products: 8-bit activations, and most of its
 // weight bytes of a type with such a kernel.
-bool runs_int8_products(const LlamaModel& m);
+bool runs_int8_products(const Model& m);
 nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks& m);
 nlohmann::ordered_json machine_json(const cpu::MachinePeaks& m);
 

@@ -78,6 +78,27 @@ struct HeadShape {
   int head_dim = 0;
 };
 
+// How RoPE pairs a head's dims. Llama-layout GGUFs (llama, granite) store Wq, Wk permuted for
+// adjacent pairs (x[2i], x[2i+1]); Qwen, Gemma and Phi keep the NeoX halves (x[i],
+// x[i + rope_dim/2]). Both rotate pair i by the same angle: position * inv_freq[i].
+enum class RopeStyle : uint8_t { AdjacentPairs, NeoxHalves };
+
+// The gate's activation in a gated feed-forward, gate = act(gate) * up: SiLU (SwiGLU: Llama,
+// Qwen, Phi, Granite) or GELU with the tanh approximation (GeGLU: Gemma).
+enum class GateActivation : uint8_t { Silu, GeluTanh };
+
+// What one layer's attention computes besides the shapes.
+struct AttentionParams {
+  float scale = 0;     // scores = q . k * scale (usually 1 / sqrt(head_dim); the family decides)
+  int64_t window = 0;  // > 0: sliding window, a query at position p sees keys p' with p - p' < window
+};
+
+// The last step from hidden state to logits, after the output head's product.
+struct LogitsParams {
+  float scale = 1;    // logits *= scale (Granite divides by its logit_scale)
+  float softcap = 0;  // > 0: logits = softcap * tanh(logits / softcap)
+};
+
 // Where K and V of every layer live: n_blocks blocks of block_tokens positions; inside a block,
 // layer l's K rows then its V rows ([block_tokens, n_kv_head * head_dim] each, of dtype: F32,
 // F16, or Q8_0 with each head's row a whole number of 32-element blocks). The backend
@@ -130,35 +151,38 @@ class Backend {
   // then splits itself); a CUDA backend captures and replays a graph.
   virtual void run_pass(int64_t n_tokens, const std::function<void()>& body) = 0;
 
-  // out [n_tokens, cols] = rows of `table` for the batch's tokens.
-  virtual void embed(const Weight& table, const ForwardBatch& b, const Tensor& out) = 0;
+  // out [n_tokens, cols] = rows of `table` for the batch's tokens, times scale (Gemma and
+  // Granite scale their embeddings).
+  virtual void embed(const Weight& table, const ForwardBatch& b, const Tensor& out, float scale) = 0;
   // Every product of the group reads the same input [n, cols]: it is prepared once.
   virtual void matmul(std::span<const Product> group, const Tensor& in) = 0;
   // out = x / rms(x) * weight over each row, or with head_dim > 0 over each head_dim-wide
-  // head of each row (QK-norm; weight is then [1, head_dim]).
+  // head of each row (QK-norm; weight is then [1, head_dim]). out may be x (in place).
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& out, float eps, int head_dim = 0) = 0;
-  // x += delta (the residual add), then out = rmsnorm(x) * norm when norm is set (the next
-  // sub-block's input, fused so x is read once).
-  virtual void add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out,
-                            float eps) = 0;
+  // x += delta * delta_scale (the residual add; Granite scales its branches), then out =
+  // rmsnorm(x) * norm when norm is set (the next sub-block's input, fused so x is read once).
+  virtual void add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps,
+                            float delta_scale) = 0;
   // out [n_tokens, rope_dim] = cos, sin pairs of each token's position times inv_freq: once
   // per pass, shared by every layer and head.
   virtual void rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim,
                            const Tensor& out) = 0;
-  // Rotates adjacent pairs of the first rope_dim dims of every head of q and k.
-  virtual void rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) = 0;
-  // gate = silu(gate) * up (SwiGLU's gated activation).
-  virtual void swiglu(const Tensor& gate, const Tensor& up) = 0;
+  // Rotates the pairs (of `style`) of the first rope_dim dims of every head of q and k.
+  virtual void rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim,
+                    RopeStyle style) = 0;
+  // gate = act(gate) * up: the gated feed-forward's activation.
+  virtual void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) = 0;
   // Writes each token's K and V rows of one layer at the batch's slots, rounded to kv.dtype.
   virtual void store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) = 0;
-  // Causal attention of each token's query over its sequence's keys [0, position]:
+  // Causal attention of each token's query over its sequence's keys [0, position] (the last
+  // p.window of them with a sliding window), scores scaled by p.scale:
   // out [n_tokens, n_head * head_dim].
   virtual void attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
-                         const Tensor& out) = 0;
-  // out [rows.size(), w.rows] = W rmsnorm(x[rows[i]]) * norm: the logits of the rows that want
-  // them. scratch: at least [rows.size(), x.cols].
+                         const AttentionParams& p, const Tensor& out) = 0;
+  // out [rows.size(), w.rows] = W rmsnorm(x[rows[i]]) * norm, then p's scale and soft-cap: the
+  // logits of the rows that want them. scratch: at least [rows.size(), x.cols].
   virtual void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
-                      const Tensor& scratch, const Tensor& out) = 0;
+                      const Tensor& scratch, const Tensor& out, const LogitsParams& p) = 0;
 };
 
 // The backend a model gets when its caller names none: the CPU at its best ISA, every core.

@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kBlockTokens = 16;
 
-Status check_prompt(const LlamaModel& m, const std::vector<int32_t>& prompt, const GenerationConfig& cfg) {
+Status check_prompt(const Model& m, const std::vector<int32_t>& prompt, const GenerationConfig& cfg) {
   if (prompt.empty()) return make_error("the prompt is empty (no tokens)");
   if (cfg.max_new_tokens < 0) return make_error("max_new_tokens {} is negative", cfg.max_new_tokens);
   const int64_t ctx = m.config().n_ctx_train;
@@ -22,7 +22,7 @@ Status check_prompt(const LlamaModel& m, const std::vector<int32_t>& prompt, con
 
 }  // namespace
 
-Generator::Generator(LlamaModel& model, int64_t context_tokens) : model_(model), context_tokens_(context_tokens) {}
+Generator::Generator(Model& model, int64_t context_tokens) : model_(model), context_tokens_(context_tokens) {}
 Generator::~Generator() = default;
 
 Status Generator::ensure_pool(int64_t tokens, DType dtype) {

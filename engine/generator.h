@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem {
 
@@ -51,7 +51,7 @@ class Generator {
   // context_tokens: the KV pool's size in positions, kept across generate() calls so a chat's
   // next turn finds the earlier turns' full blocks in the prefix cache; 0 sizes the pool per
   // request (prompt + max_new_tokens).
-  explicit Generator(LlamaModel& model, int64_t context_tokens = 0);
+  explicit Generator(Model& model, int64_t context_tokens = 0);
   ~Generator();
 
   Result<GenerationStats> generate(const std::vector<int32_t>& prompt, const GenerationConfig& cfg,
@@ -60,7 +60,7 @@ class Generator {
  private:
   Status ensure_pool(int64_t tokens, DType dtype);
 
-  LlamaModel& model_;
+  Model& model_;
   int64_t context_tokens_;
   std::unique_ptr<BlockPool> pool_;
 };

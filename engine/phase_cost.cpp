@@ -12,7 +12,7 @@ PhaseCost& PhaseCost::operator+=(const PhaseCost& o) {
   return *this;
 }
 
-ModelShape ModelShape::of(const LlamaConfig& c, const LlamaWeights& w, double kv_elem_bytes) {
+ModelShape ModelShape::of(const ModelConfig& c, const ModelWeights& w, double kv_elem_bytes) {
   ModelShape m;
   m.n_layer = c.n_layer;
   m.n_head = c.n_head;

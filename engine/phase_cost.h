@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/model_config.h"
+#include "model/model_weights.h"
 
 namespace tandem {
 
@@ -29,7 +29,7 @@ struct ModelShape {
   double matmul_elements_per_token = 0;  // weight elements multiplied per token (all layers + output)
   double matmul_bytes = 0;               // bytes of those weights
   double kv_bytes_per_position = 0;      // K and V of every layer for one position
-  static ModelShape of(const LlamaConfig& c, const LlamaWeights& w, double kv_elem_bytes);
+  static ModelShape of(const ModelConfig& c, const ModelWeights& w, double kv_elem_bytes);
 };
 
 // Prefill of n tokens at positions [pos0, pos0 + n), in chunks of `chunk` tokens: each chunk

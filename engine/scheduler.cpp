@@ -58,7 +58,7 @@ struct Scheduler::Seq {
   Seq(int64_t i, RequestParams p, SeqCallback c) : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling) {}
 };
 
-Scheduler::Scheduler(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
+Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
 Scheduler::~Scheduler() {
   for (auto& s : running_) release_blocks(*s);
 }

@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem {
 
@@ -75,7 +75,7 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o = {});
+  Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o = {});
   ~Scheduler();
 
   // Queues a request; events arrive through `cb` during step(). Returns its id, or an error
@@ -112,7 +112,7 @@ class Scheduler {
   void finish(Seq& s, FinishReason r, const std::string& error = "");
   void publish_full_blocks(Seq& s);
 
-  LlamaModel& model_;
+  Model& model_;
   BlockPool& pool_;
   SchedulerOptions opts_;
   int64_t next_id_ = 1;

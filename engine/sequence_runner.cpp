@@ -4,7 +4,7 @@
 
 namespace tandem {
 
-SequenceRunner::SequenceRunner(LlamaModel& model, BlockPool& pool, int64_t max_chunk)
+SequenceRunner::SequenceRunner(Model& model, BlockPool& pool, int64_t max_chunk)
     : model_(model), pool_(pool), max_chunk_(std::max<int64_t>(1, max_chunk)) {}
 
 SequenceRunner::~SequenceRunner() { clear(); }

@@ -11,14 +11,14 @@
 
 #include "core/error.h"
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem {
 
 class SequenceRunner {
  public:
   // max_chunk: longer runs go as several passes of at most this many tokens (chunked prefill).
-  SequenceRunner(LlamaModel& model, BlockPool& pool, int64_t max_chunk = 512);
+  SequenceRunner(Model& model, BlockPool& pool, int64_t max_chunk = 512);
   ~SequenceRunner();
   SequenceRunner(const SequenceRunner&) = delete;
   SequenceRunner& operator=(const SequenceRunner&) = delete;
@@ -33,7 +33,7 @@ class SequenceRunner {
   void clear() { truncate(0); }
 
  private:
-  LlamaModel& model_;
+  Model& model_;
   BlockPool& pool_;
   int64_t max_chunk_;
   int64_t n_ = 0;

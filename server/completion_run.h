@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/serving_loop.h"
@@ -21,7 +21,7 @@ namespace tandem::server {
 
 // What every request needs; owned by HttpServer, alive until its workers are joined.
 struct EndpointContext {
-  const LlamaModel& model;
+  const Model& model;
   const Tokenizer& tok;
   const ChatTemplate* chat;  // null: no usable template, chat is refused
   ServingLoop& loop;

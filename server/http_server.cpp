@@ -39,7 +39,7 @@ const char* method_of(Route r) { return is_post(r) ? "POST" : "GET"; }
 
 }  // namespace
 
-HttpServer::HttpServer(const LlamaModel& model, const Tokenizer& tok, const ChatTemplate* chat, ServingLoop& loop, Metrics& metrics,
+HttpServer::HttpServer(const Model& model, const Tokenizer& tok, const ChatTemplate* chat, ServingLoop& loop, Metrics& metrics,
                        ServerOptions opts)
     : opts_(std::move(opts)),
       metrics_(metrics),

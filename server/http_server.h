@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "server/access_policy.h"
 #include "server/completion_run.h"
 #include "server/http_transport.h"
@@ -41,7 +41,7 @@ struct ServerOptions {
 
 class HttpServer : public HttpHandler {
  public:
-  HttpServer(const LlamaModel& model, const Tokenizer& tok, const ChatTemplate* chat, ServingLoop& loop, Metrics& metrics,
+  HttpServer(const Model& model, const Tokenizer& tok, const ChatTemplate* chat, ServingLoop& loop, Metrics& metrics,
              ServerOptions opts);
   ~HttpServer() override;
 

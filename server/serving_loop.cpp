@@ -4,7 +4,7 @@
 
 namespace tandem::server {
 
-ServingLoop::ServingLoop(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
+ServingLoop::ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
     : sched_(model, pool, o), pool_(pool), metrics_(metrics) {
   publish_gauges(0);  // the pool's size shows in /metrics before the first request
   thread_ = std::thread([this] { run(); });

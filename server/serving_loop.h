@@ -18,7 +18,7 @@ namespace tandem::server {
 
 class ServingLoop {
  public:
-  ServingLoop(LlamaModel& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics);
+  ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics);
   ~ServingLoop();  // stops the thread; pending requests finish as cancelled
 
   // Queues a request; the result (id or error) is delivered to `accepted` on the engine thread

@@ -2,7 +2,7 @@
 // activations): a 64-token prompt in three prefill chunks with every position's logits, greedy
 // decode steps (graph replays), then a serving step that batches a decode token of one sequence
 // with a prompt chunk of another, all over shuffled KV blocks. For every weight type the CUDA
-// products take. Both run LlamaModel's own pass (model/ unchanged: the backend is the choice).
+// products take. Both run Model's own pass (model/ unchanged: the backend is the choice).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,22 +19,22 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "tiny_model.h"
 
 namespace tandem {
 namespace {
 
-// One model on one backend (the real LlamaModel and its one forward pass), with a KV pool of
+// One model on one backend (the real Model and its one forward pass), with a KV pool of
 // `blocks` blocks of 16 positions in that backend's memory.
 struct Runner {
-  std::unique_ptr<LlamaModel> m;
+  std::unique_ptr<Model> m;
   std::unique_ptr<BlockPool> pool;
 
   Runner(Backend& backend, std::unique_ptr<GgufFile> f, DType kv_dtype, int64_t blocks = 16) {
     ModelOptions o;
     o.backend = std::shared_ptr<Backend>(&backend, [](Backend*) {});  // the test owns it
-    auto lm = LlamaModel::from_gguf(std::move(f), o);
+    auto lm = Model::from_gguf(std::move(f), o);
     EXPECT_TRUE(lm.ok()) << lm.error().message;
     if (!lm.ok()) return;
     m = std::move(lm.value());
@@ -42,7 +42,7 @@ struct Runner {
     EXPECT_TRUE(p.ok()) << p.error().message;
     if (p.ok()) pool = std::move(p.value());
   }
-  const LlamaConfig& c() const { return m->config(); }
+  const ModelConfig& c() const { return m->config(); }
 
   // Logits of the batch's logit rows, [rows, n_vocab].
   std::vector<float> pass(const ForwardBatch& b) {
@@ -75,7 +75,7 @@ void run_model(CudaBackend& g, DType weights, DType kv_dtype) {
   Runner rc(cpu, test::tiny_model_file(s, 7), kv_dtype), rg(g, test::tiny_model_file(s, 7), kv_dtype);
   ASSERT_TRUE(rc.m && rg.m && rc.pool && rg.pool);
   ASSERT_TRUE(g.error().ok()) << g.error().error().message;
-  const LlamaConfig& c = rc.c();
+  const ModelConfig& c = rc.c();
   const int bt = 16;
   std::vector<int32_t> perm(16);
   std::iota(perm.begin(), perm.end(), 0);

@@ -11,7 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
 #include "kv/kv_planner.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "test_sequence.h"
 #include "tiny_model.h"
 
@@ -20,12 +20,12 @@ namespace {
 
 using test::TinyShape;
 
-std::unique_ptr<LlamaModel> tiny(const TinyShape& s, cpu::Isa isa = cpu::best_isa()) {
+std::unique_ptr<Model> tiny(const TinyShape& s, cpu::Isa isa = cpu::best_isa()) {
   auto f = test::tiny_model_file(s);
   if (!f) return nullptr;
   ModelOptions o;
   o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{isa});
-  auto m = LlamaModel::from_gguf(std::move(f), o);
+  auto m = Model::from_gguf(std::move(f), o);
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m.value()) : nullptr;
 }
@@ -134,10 +134,10 @@ TEST(Model, LoaderNamesWhatIsWrong) {
   std::copy(to.begin(), to.end(), patched.begin() + (it - bytes.begin()));
   auto f = GgufFile::from_bytes(patched.data(), patched.size());
   ASSERT_TRUE(f.ok());
-  auto m = LlamaModel::from_gguf(std::move(f.value()));
+  auto m = Model::from_gguf(std::move(f.value()));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message.find("architecture 'gemma'"), std::string::npos) << m.error().message;
-  auto missing = LlamaModel::load("/nonexistent.gguf");
+  auto missing = Model::load("/nonexistent.gguf");
   EXPECT_FALSE(missing.ok());
 }
 
@@ -155,7 +155,7 @@ std::vector<uint8_t> with_value(std::vector<uint8_t> bytes, const std::string& k
 std::string load_error(const std::vector<uint8_t>& bytes) {
   auto f = GgufFile::from_bytes(bytes.data(), bytes.size());
   if (!f.ok()) return "parse: " + f.error().message;
-  auto m = LlamaModel::from_gguf(std::move(f.value()));
+  auto m = Model::from_gguf(std::move(f.value()));
   return m.ok() ? "" : m.error().message;
 }
 
@@ -302,7 +302,7 @@ TEST(Model, RepackedTensorsDoNotStayMapped) {
     std::ofstream f(path, std::ios::binary);
     f.write(reinterpret_cast<const char*>(bytes.data()), (std::streamsize)bytes.size());
   }
-  auto m = LlamaModel::load(path);
+  auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.error().message;
   uint64_t packed = 0;
   for (const auto& l : m.value()->weights().layers)
@@ -331,7 +331,7 @@ TEST(Model, ExactProductsRunOnFloatActivations) {
   auto with = [&](bool q8, std::vector<std::string> exact) {
     ModelOptions o;
     o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{cpu::best_isa(), 0, q8, std::move(exact)});
-    auto m = LlamaModel::from_gguf(test::tiny_model_file(s), o);
+    auto m = Model::from_gguf(test::tiny_model_file(s), o);
     EXPECT_TRUE(m.ok());
     test::OneSequence seq(*m.value(), 16);
     auto r = seq.prefill(kTokens, true);

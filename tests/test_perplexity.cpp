@@ -64,9 +64,9 @@ TEST(Perplexity, StatisticsByHand) {
 // The window's logits from one pass score the same NLL as the model's logits decoded one
 // token at a time; and a configuration against itself has zero KL and full top-1 agreement.
 TEST(Perplexity, WindowScoresEqualTokenByTokenLogits) {
-  auto loaded = LlamaModel::from_gguf(test::tiny_model_file(test::TinyShape{}));
+  auto loaded = Model::from_gguf(test::tiny_model_file(test::TinyShape{}));
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  LlamaModel& m = *loaded.value();
+  Model& m = *loaded.value();
   std::vector<int32_t> text(40);
   for (size_t i = 0; i < text.size(); i++) text[i] = (int32_t)((i * 29 + 7) % 96);
   const auto windows = perplexity_windows(text, 16, 1);

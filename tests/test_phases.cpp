@@ -11,7 +11,7 @@
 #include "kernels/cpu/probe.h"
 #include "kv/block_pool.h"
 #include "kv/kv_planner.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "tiny_model.h"
 
 namespace tandem {
@@ -69,9 +69,9 @@ TEST(KvPlanner, BlockTypesAndBudgets) {
 TEST(KvPlanner, EqualsWhatTheEngineAllocates) {
   test::TinyShape s;
   s.n_embd = 128;  // head_dim 32: one q8_0 block per head
-  auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
+  auto m = Model::from_gguf(test::tiny_model_file(s));
   ASSERT_TRUE(m.ok()) << m.error().message;
-  const LlamaConfig& c = m.value()->config();
+  const ModelConfig& c = m.value()->config();
   ASSERT_EQ(c.head_dim, 32);
   for (DType dt : {DType::F16, DType::F32, DType::Q8_0}) {
     auto pool = m.value()->new_kv_pool(3, dt, 16);  // 48 positions
@@ -82,7 +82,7 @@ TEST(KvPlanner, EqualsWhatTheEngineAllocates) {
   EXPECT_EQ(plan(c.n_layer, c.n_kv_head, c.head_dim, 48, DType::Q8_0).bytes_per_sequence * 32,
             plan(c.n_layer, c.n_kv_head, c.head_dim, 48, DType::F16).bytes_per_sequence * 17);  // 34/32 vs 2 bytes
   // A head that is not a whole number of q8_0 blocks is refused, naming why.
-  auto small = LlamaModel::from_gguf(test::tiny_model_file(test::TinyShape{}));  // head_dim 16
+  auto small = Model::from_gguf(test::tiny_model_file(test::TinyShape{}));  // head_dim 16
   ASSERT_TRUE(small.ok());
   auto bad = small.value()->new_kv_pool(3, DType::Q8_0, 16);
   ASSERT_FALSE(bad.ok());
@@ -105,9 +105,9 @@ TEST(Units, ParseAndFormatSizes) {
 TEST(PhaseCost, CountsMatchTheShape) {
   test::TinyShape s;
   s.weight_type = DType::Q8_0;
-  auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
+  auto m = Model::from_gguf(test::tiny_model_file(s));
   ASSERT_TRUE(m.ok());
-  const LlamaConfig& c = m.value()->config();
+  const ModelConfig& c = m.value()->config();
   const ModelShape shape = ModelShape::of(c, m.value()->weights(), 2);
   // Per layer: q, k, v, o, gate, up, down; plus the output matrix.
   const double per_layer = (double)c.n_embd * (c.q_dim() + 2 * c.kv_dim() + c.q_dim()) + 3.0 * c.n_embd * c.n_ff;
@@ -183,7 +183,7 @@ TEST(Probe, Int8RoofIsTheRoofOfQuantizedProducts) {
     s.weight_type = wt;
     ModelOptions o;
     o.backend = std::make_shared<CpuBackend>(CpuBackendOptions{cpu::best_isa(), 1, q8});
-    return std::move(LlamaModel::from_gguf(test::tiny_model_file(s), o).value());
+    return std::move(Model::from_gguf(test::tiny_model_file(s), o).value());
   };
   EXPECT_TRUE(apps::runs_int8_products(*model(DType::Q8_0, true)));
   EXPECT_FALSE(apps::runs_int8_products(*model(DType::Q8_0, false)));

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "test_paths.h"
 #include "test_sequence.h"
 #include "tokenizer/tokenizer.h"
@@ -16,14 +16,14 @@ namespace tandem {
 namespace {
 
 struct Loaded {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok;
 };
 
 Loaded load_or_skip() {
   const std::string path = test::default_model_path();
   if (!test::exists(path)) return {};
-  auto m = LlamaModel::load(path);
+  auto m = Model::load(path);
   EXPECT_TRUE(m.ok()) << m.error().message;
   auto t = Tokenizer::from_gguf(m.value()->gguf());
   EXPECT_TRUE(t.ok()) << t.error().message;

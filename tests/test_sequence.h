@@ -11,13 +11,13 @@
 
 #include "engine/sequence_runner.h"
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem::test {
 
 class OneSequence {
  public:
-  OneSequence(LlamaModel& m, int64_t tokens, DType dtype = DType::F16, int64_t max_chunk = 512, int block_tokens = 16) {
+  OneSequence(Model& m, int64_t tokens, DType dtype = DType::F16, int64_t max_chunk = 512, int block_tokens = 16) {
     auto p = m.new_kv_pool((tokens + block_tokens - 1) / block_tokens, dtype, block_tokens);
     EXPECT_TRUE(p.ok()) << p.error().message;
     if (!p.ok()) return;
@@ -38,7 +38,7 @@ class OneSequence {
 };
 
 // The naive mode's logits: the last position's, with K,V of every position computed afresh.
-inline std::vector<float> no_cache_logits(LlamaModel& m, std::span<const int32_t> tokens, DType dtype = DType::F16) {
+inline std::vector<float> no_cache_logits(Model& m, std::span<const int32_t> tokens, DType dtype = DType::F16) {
   OneSequence s(m, (int64_t)tokens.size(), dtype);
   auto r = s.prefill(tokens);
   EXPECT_TRUE(r.ok()) << r.error().message;

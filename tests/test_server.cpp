@@ -17,7 +17,7 @@
 
 #include "chat/chat_template.h"
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "server/access_policy.h"
 #include "server/chat_page.h"
 #include "server/http_server.h"
@@ -619,7 +619,7 @@ TEST(TokenEndpoints, ApplyTemplateRendersWhatChatWouldTokenize) {
 // ---- the whole server on a tiny model: routes, the page, the access policy ----
 
 struct ServerFixture : ::testing::Test {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<GgufFile> vocab_file;
   std::unique_ptr<Tokenizer> tok;
   std::optional<ChatTemplate> chat;
@@ -631,7 +631,7 @@ struct ServerFixture : ::testing::Test {
   void start(const std::string& api_key) {
     test::TinyShape s;
     s.n_ctx = 128;
-    auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
+    auto m = Model::from_gguf(test::tiny_model_file(s));
     ASSERT_TRUE(m.ok()) << m.error().message;
     model = std::move(m.value());
     vocab_file = test::tiny_model_file(s);
@@ -641,7 +641,7 @@ struct ServerFixture : ::testing::Test {
     auto c = ChatTemplate::from_source("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}", "", "");
     ASSERT_TRUE(c.ok());
     chat = std::move(c.value());
-    const LlamaConfig& cfg = model->config();
+    const ModelConfig& cfg = model->config();
     auto p = BlockPool::create({cfg.n_layer, cfg.n_kv_head, cfg.head_dim, 16, 32, DType::F16}, model->backend());
     ASSERT_TRUE(p.ok());
     pool = std::move(p.value());

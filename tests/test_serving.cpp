@@ -12,18 +12,18 @@
 #include "kv/block_pool.h"
 #include "kv/siphash.h"
 #include "backend/cpu/cpu_backend.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "test_sequence.h"
 #include "tiny_model.h"
 
 namespace tandem {
 namespace {
 
-std::unique_ptr<LlamaModel> tiny_model(DType wt = DType::Q8_0) {
+std::unique_ptr<Model> tiny_model(DType wt = DType::Q8_0) {
   test::TinyShape s;
   s.weight_type = wt;
   s.n_ctx = 256;
-  auto m = LlamaModel::from_gguf(test::tiny_model_file(s));
+  auto m = Model::from_gguf(test::tiny_model_file(s));
   EXPECT_TRUE(m.ok()) << m.error().message;
   return m.ok() ? std::move(m.value()) : nullptr;
 }
@@ -34,7 +34,7 @@ Backend& host() {
   return be;
 }
 
-std::unique_ptr<BlockPool> pool_for(const LlamaModel& m, int64_t blocks, int block_tokens = 4) {
+std::unique_ptr<BlockPool> pool_for(const Model& m, int64_t blocks, int block_tokens = 4) {
   BlockPoolShape s{m.config().n_layer, m.config().n_kv_head, m.config().head_dim, block_tokens, blocks, DType::F16};
   auto p = BlockPool::create(s, host());
   EXPECT_TRUE(p.ok()) << p.error().message;
@@ -205,9 +205,9 @@ TEST(ForwardBatch, EqualsEachSequenceAlone) {
 TEST(ForwardBatch, LongSequenceEqualsAloneAcrossAttentionSegments) {
   test::TinyShape shape;
   shape.n_embd = 128, shape.n_head = 2, shape.n_kv_head = 1, shape.n_ctx = 512, shape.weight_type = DType::Q8_0;
-  auto loaded = LlamaModel::from_gguf(test::tiny_model_file(shape));
+  auto loaded = Model::from_gguf(test::tiny_model_file(shape));
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  LlamaModel& m = *loaded.value();
+  Model& m = *loaded.value();
   ASSERT_EQ(m.config().head_dim, 64);
   std::vector<int32_t> long_prompt(300);
   for (size_t t = 0; t < long_prompt.size(); t++) long_prompt[t] = (int32_t)((t * 37 + 11) % 96);
@@ -249,7 +249,7 @@ TEST(ForwardBatch, LongSequenceEqualsAloneAcrossAttentionSegments) {
 }
 
 // Greedy continuation of a prompt, one request alone (Generator: a scheduler of one).
-std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int n) {
+std::vector<int32_t> greedy_alone(Model& m, const std::vector<int32_t>& prompt, int n) {
   GenerationConfig cfg;
   cfg.max_new_tokens = n;
   cfg.sampling.temperature = 0;

@@ -159,11 +159,14 @@ void CpuBackend::each_row(int64_t n, F f) {
   }
 }
 
-void CpuBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out) {
+void CpuBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out, float scale) {
   const cpu::WeightMatrix& e = matrix(table);
   const std::span<const int32_t> tokens = b.tokens();
-  few_rows((int64_t)tokens.size(),
-           [&](int64_t t) { cpu::dequantize_row(e.type, e.row(tokens[(size_t)t]), f32(out) + t * out.cols, out.cols); });
+  few_rows((int64_t)tokens.size(), [&](int64_t t) {
+    float* row = f32(out) + t * out.cols;
+    cpu::dequantize_row(e.type, e.row(tokens[(size_t)t]), row, out.cols);
+    if (scale != 1.0f) cpu::scale_inplace(row, scale, out.cols);
+  });
 }
 
 void CpuBackend::matmul(std::span<const Product> group, const Tensor& in) {
@@ -195,10 +198,14 @@ void CpuBackend::rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& ou
   });
 }
 
-void CpuBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) {
+void CpuBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps,
+                              float delta_scale) {
   const int64_t d = x.cols;
   each_row(x.rows, [&](int64_t t) {
-    cpu::add_inplace(f32(x) + t * d, f32(delta) + t * d, d);
+    if (delta_scale == 1.0f)
+      cpu::add_inplace(f32(x) + t * d, f32(delta) + t * d, d);
+    else
+      cpu::add_scaled_inplace(f32(x) + t * d, f32(delta) + t * d, delta_scale, d);
     if (norm) cpu::rmsnorm(f32(x) + t * d, f32(*norm), f32(*out) + t * d, d, eps);
   });
 }
@@ -209,16 +216,19 @@ void CpuBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv_
            [&](int64_t t) { cpu::rope_angles(pos[(size_t)t], inv_freq.data(), rope_dim, f32(out) + t * out.cols); });
 }
 
-void CpuBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) {
+void CpuBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim,
+                      RopeStyle style) {
+  const auto rotate = style == RopeStyle::NeoxHalves ? cpu::rope_neox : cpu::rope;
   each_row(q.rows, [&](int64_t t) {
     const float* cs = f32(angles) + t * angles.cols;
-    cpu::rope(f32(q) + t * q.cols, h.n_head, h.head_dim, rope_dim, cs);
-    cpu::rope(f32(k) + t * k.cols, h.n_kv_head, h.head_dim, rope_dim, cs);
+    rotate(f32(q) + t * q.cols, h.n_head, h.head_dim, rope_dim, cs);
+    rotate(f32(k) + t * k.cols, h.n_kv_head, h.head_dim, rope_dim, cs);
   });
 }
 
-void CpuBackend::swiglu(const Tensor& gate, const Tensor& up) {
-  each_row(gate.rows, [&](int64_t t) { kernels_.silu_mul(f32(gate) + t * gate.cols, f32(up) + t * up.cols, gate.cols); });
+void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) {
+  const cpu::SiluMulFn f = act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
+  each_row(gate.rows, [&](int64_t t) { f(f32(gate) + t * gate.cols, f32(up) + t * up.cols, gate.cols); });
 }
 
 void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) {
@@ -243,9 +253,9 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, i
 }
 
 void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
-                           const Tensor& out) {
+                           const AttentionParams& p, const Tensor& out) {
   sync();
-  const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim};
+  const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim, p.scale, p.window};
   if (kv.n_blocks == 1 && b.single_run()) {
     // One block holding the whole context: the contiguous kernel, without a table lookup per
     // key (the same floats: both kernels share one body).
@@ -263,13 +273,19 @@ void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const 
 }
 
 void CpuBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
-                        const Tensor& scratch, const Tensor& out) {
+                        const Tensor& scratch, const Tensor& out, const LogitsParams& lp) {
   const int64_t d = x.cols;
   few_rows((int64_t)rows.size(),
            [&](int64_t r) { cpu::rmsnorm(f32(x) + rows[(size_t)r] * d, f32(norm), f32(scratch) + r * d, d, eps); });
   const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
   const Product p{&w, &out};
   matmul({&p, 1}, normed);
+  if (lp.scale == 1.0f && lp.softcap == 0.0f) return;
+  each_row((int64_t)rows.size(), [&](int64_t r) {
+    float* row = f32(out) + r * out.cols;
+    if (lp.scale != 1.0f) cpu::scale_inplace(row, lp.scale, out.cols);
+    if (lp.softcap > 0.0f) cpu::softcap_inplace(row, lp.softcap, out.cols);
+  });
 }
 
 }  // namespace tandem

@@ -72,16 +72,20 @@ void merge_segments(int64_t n_seg, const float* o, int64_t o_stride, const float
   }
 }
 
-// The one attention body. Query row i (at position pos_of(i)) attends over keys [0, pos_of(i)];
-// rows(i, t, kv_head) returns the K and V row pointers of key t as that query sees them. Both
-// entry points below differ only in that mapping, so they compute the same floats in the same
-// order.
+// The one attention body. Query row i (at position pos_of(i)) attends over keys
+// [first_key(pos_of(i)), pos_of(i)]; rows(i, t, kv_head) returns the K and V row pointers of
+// key t as that query sees them. Both entry points below differ only in that mapping, so they
+// compute the same floats in the same order.
 template <typename PosOf, typename Rows>
-void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows rows, DType kv_type,
-            const AttentionShape& s, float* out, const CpuKernels& kernels) {
+void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type, const AttentionShape& s, float* out,
+            const CpuKernels& kernels) {
   const int64_t q_stride = (int64_t)s.n_head * s.head_dim;
   const int group = s.n_head / s.n_kv_head;
-  const float scale = 1.0f / std::sqrt((float)s.head_dim);
+  const float scale = s.scale != 0.0f ? s.scale : 1.0f / std::sqrt((float)s.head_dim);
+  auto lo_of = [&](int64_t i) { return first_key(s, pos_of(i)); };
+  auto keys_of = [&](int64_t i) { return pos_of(i) - lo_of(i) + 1; };
+  int64_t max_keys = 0;
+  for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, keys_of(i));
   const RowDotFn dot = kernels.row_dot(kv_type);
   const AxpyFn axpy = kernels.axpy(kv_type);
   const AttendHeadsFn heads = kernels.isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv_type, s.head_dim)
@@ -111,9 +115,10 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
       // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when
       // the row has one segment and o is its output).
       auto run = [&](int64_t i, int h0, int64_t sg, float* o, float* st) {
-        const Segment g = segment(pos_of(i) + 1, sg);
+        const Segment g = segment(keys_of(i), sg);
+        const int64_t lo = lo_of(i);
         for (int64_t t = 0; t < g.count; t++)
-          std::tie(k_rows[(size_t)t], v_rows[(size_t)t]) = rows(i, g.first + t, h0 / group);
+          std::tie(k_rows[(size_t)t], v_rows[(size_t)t]) = rows(i, lo + g.first + t, h0 / group);
         heads(hd, per_item, q + i * q_stride + (int64_t)h0 * hd, k_rows.data(), v_rows.data(), g.count, scale,
               scores.data(), seg_keys, o, st);
       };
@@ -122,7 +127,7 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
         for (int64_t w = 0; w < n_q * items_per_row * max_seg; w++) {
           const int64_t i = w / (items_per_row * max_seg), sg = w % max_seg;
           const int h0 = (int)(w / max_seg % items_per_row) * per_item;
-          const int64_t n_seg = segments(pos_of(i) + 1);
+          const int64_t n_seg = segments(keys_of(i));
           if (sg >= n_seg) continue;
           if (n_seg == 1) {
             run(i, h0, 0, out + i * q_stride + (int64_t)h0 * hd, nullptr);
@@ -135,7 +140,7 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
         for (int64_t w = 0; w < n_q * s.n_head; w++) {
           const int64_t i = w / s.n_head;
           const int h = (int)(w % s.n_head);
-          const int64_t n_seg = segments(pos_of(i) + 1);
+          const int64_t n_seg = segments(keys_of(i));
           if (n_seg == 1) continue;
           const int64_t at = i * max_seg * s.n_head + h;
           merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
@@ -147,7 +152,7 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
       for (int64_t w = 0; w < n_q * items_per_row; w++) {
         const int64_t i = w / items_per_row;
         const int h0 = (int)(w % items_per_row) * per_item;
-        const int64_t n_seg = segments(pos_of(i) + 1);
+        const int64_t n_seg = segments(keys_of(i));
         float* o = out + i * q_stride + (int64_t)h0 * hd;
         if (n_seg == 1) {
           run(i, h0, 0, o, nullptr);
@@ -170,13 +175,13 @@ void attend(const float* q, int64_t n_q, int64_t max_keys, PosOf pos_of, Rows ro
       const int64_t i = w / s.n_head;
       const int h = (int)(w % s.n_head);
       const int kvh = h / group;
-      const int64_t n_keys = pos_of(i) + 1;
+      const int64_t n_keys = keys_of(i), lo = lo_of(i);
       const float* qh = q + i * q_stride + (int64_t)h * s.head_dim;
-      for (int64_t t = 0; t < n_keys; t++) scores[t] = dot(rows(i, t, kvh).first, qh, s.head_dim) * scale;
+      for (int64_t t = 0; t < n_keys; t++) scores[t] = dot(rows(i, lo + t, kvh).first, qh, s.head_dim) * scale;
       softmax(scores.data(), n_keys);
       float* oh = out + i * q_stride + (int64_t)h * s.head_dim;
       std::memset(oh, 0, sizeof(float) * s.head_dim);
-      for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, t, kvh).second, oh, s.head_dim);
+      for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, lo + t, kvh).second, oh, s.head_dim);
     }
   });
 }
@@ -195,7 +200,7 @@ void attention(const float* q, const void* k, const void* v, DType kv_type, int6
   const auto* kb = static_cast<const uint8_t*>(k);
   const auto* vb = static_cast<const uint8_t*>(v);
   attend(
-      q, n_q, pos0 + n_q, [pos0](int64_t i) { return pos0 + i; },
+      q, n_q, [pos0](int64_t i) { return pos0 + i; },
       [=](int64_t, int64_t t, int kvh) {
         const size_t at = (size_t)t * row + (size_t)kvh * head;
         return RowPair(kb + at, vb + at);
@@ -206,8 +211,6 @@ void attention(const float* q, const void* k, const void* v, DType kv_type, int6
 void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int* seq, const PagedKvView* views,
                      DType kv_type, const AttentionShape& s, float* out, const CpuKernels& kernels) {
   const size_t head = head_bytes(kv_type, s.head_dim);
-  int64_t max_keys = 0;
-  for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, pos[i] + 1);
   // Every key's rows are looked up through its block (once per key, KV head and layer: 184k
   // lookups a decode token at 2048 keys for SmolLM2); with power-of-two blocks (16 by default)
   // that is a shift and a mask, not two integer divisions of ~25 cycles each.
@@ -222,7 +225,7 @@ void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int*
     const uint8_t* block = kv.pool + (size_t)kv.table[blk] * kv.block_bytes + (size_t)row * kv.row_bytes + (size_t)kvh * head;
     return RowPair(block + kv.k_offset, block + kv.v_offset);
   };
-  attend(q, n_q, max_keys, [pos](int64_t i) { return pos[i]; }, rows, kv_type, s, out, kernels);
+  attend(q, n_q, [pos](int64_t i) { return pos[i]; }, rows, kv_type, s, out, kernels);
 }
 
 }  // namespace tandem::cpu

@@ -14,10 +14,17 @@ struct AttentionShape {
   int n_head = 0;
   int n_kv_head = 0;  // n_head / n_kv_head query heads share one K,V head (GQA)
   int head_dim = 0;
+  float scale = 0;     // scores = q . k * scale; 0: 1 / sqrt(head_dim)
+  int64_t window = 0;  // > 0: a query at position p sees only keys p' with p - p' < window
 };
 
+// The keys a query at position pos attends to: [first, pos].
+inline int64_t first_key(const AttentionShape& s, int64_t pos) {
+  return s.window > 0 && pos >= s.window ? pos - s.window + 1 : 0;
+}
+
 // For query rows i in [0, n_q) at position pos0 + i, attends over cached positions
-// [0, pos0 + i] (causal). q: [n_q, n_head * head_dim]; k, v: [n_ctx, n_kv_head * head_dim]
+// [first_key(pos0 + i), pos0 + i] (causal, and within the sliding window when one is set). q: [n_q, n_head * head_dim]; k, v: [n_ctx, n_kv_head * head_dim]
 // of kv_type (F32, F16, or Q8_0: each head head_dim / 32 GGML blocks); out: [n_q, n_head * head_dim]. Scores live in a per-thread
 // buffer of one key segment, never as a full [n_q, n_ctx] matrix. Like matmul_group, inside
 // a parallel region every thread of the team must call it (the work is shared among them).
@@ -26,7 +33,7 @@ struct AttentionShape {
 // segment of that many keys on its own and the segments' results are merged by their softmax
 // statistics (flash-decoding): decode's few heads then split over threads by segment. Where
 // the segments start depends only on the key count, so a row gives the same floats alone, in
-// a prefill batch, or decoded.
+// a prefill batch, or decoded (segments count from the row's first key).
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
 
@@ -58,7 +65,7 @@ struct PagedKvView {
 };
 
 // Attention for a batch mixing sequences: query row i belongs to sequence seq[i] at position
-// pos[i] and attends over [0, pos[i]] of views[seq[i]]. The arithmetic is the same, in the same
+// pos[i] and attends over [first_key(pos[i]), pos[i]] of views[seq[i]]. The arithmetic is the same, in the same
 // order, as attention() over a contiguous cache, so both paths give identical results.
 void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int* seq, const PagedKvView* views,
                      DType kv_type, const AttentionShape& shape, float* out, const CpuKernels& kernels);

@@ -83,9 +83,10 @@ struct CpuKernels {
   // multiply 8-bit-quantized activations, as llama.cpp does (faster).
   bool quantized_activations = true;
   SiluMulFn silu_mul = cpu::silu_mul;
+  SiluMulFn gelu_tanh_mul = cpu::gelu_tanh_mul;
   static CpuKernels for_isa(Isa isa, bool quantized_activations = true) {
     return {isa, f32_dot_kernel(isa), f32_tile_kernel(isa), quantize_act_kernel(isa), quantized_activations,
-            silu_mul_kernel(isa)};
+            silu_mul_kernel(isa), gelu_tanh_mul_kernel(isa)};
   }
   QuantDotFn quant_dot(DType t) const { return quantized_activations ? quant_dot_kernel(t, isa) : nullptr; }
   QuantDot4Fn quant_dot4(DType t) const { return quantized_activations ? quant_dot4_kernel(t, isa) : nullptr; }

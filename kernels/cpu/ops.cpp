@@ -32,6 +32,34 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_si
   }
 }
 
+void rope_neox(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin) {
+  const int half = rope_dim / 2;
+  for (int i = 0; i < half; i++) {
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    for (int h = 0; h < n_heads; h++) {
+      float* v = x + h * head_dim + i;
+      const float a = v[0], b = v[half];
+      v[0] = a * c - b * s;
+      v[half] = a * s + b * c;
+    }
+  }
+}
+
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+SiluMulFn gelu_tanh_mul_kernel(Isa isa) {
+  if (isa == Isa::Avx512)
+    if (SiluMulFn f = gelu_tanh_mul_kernel_avx512()) return f;
+  if (isa == Isa::Avx2)
+    if (SiluMulFn f = gelu_tanh_mul_kernel_avx2()) return f;
+  return gelu_tanh_mul;
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float g = gate[i];
@@ -60,6 +88,18 @@ void softmax(float* x, int64_t n) {
 
 void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void add_scaled_inplace(float* y, const float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += s * x[i];
+}
+
+void scale_inplace(float* y, float s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] *= s;
+}
+
+void softcap_inplace(float* y, float cap, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = cap * std::tanh(y[i] / cap);
 }
 
 }  // namespace tandem::cpu

@@ -19,19 +19,37 @@ void rope_angles(int64_t pos, const double* inv_freq, int rope_dim, float* cos_s
 // rope_angles (GGUF Llama weights are stored for this adjacent-pair layout).
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin);
 
+// Rotates pairs (x[i], x[i + rope_dim/2]) of each head (the NeoX layout: Qwen, Gemma, Phi)
+// by the same angles; cos_sin as for rope().
+void rope_neox(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin);
+
 // gate[i] = silu(gate[i]) * up[i].
 void silu_mul(float* gate, const float* up, int64_t n);
+// gate[i] = gelu(gate[i]) * up[i], GELU in its tanh approximation
+// 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU, Gemma's "gelu_pytorch_tanh").
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 // silu_mul at an ISA level: AVX-512 evaluates exp with a polynomial (relative error ~1e-7,
 // as llama.cpp's vector SiLU does); other levels use silu_mul.
 SiluMulFn silu_mul_kernel(Isa isa);
 SiluMulFn silu_mul_kernel_avx512();  // nullptr when not compiled in
 SiluMulFn silu_mul_kernel_avx2();    // nullptr when not compiled in
+// gelu_tanh_mul at an ISA level, evaluated as g * sigmoid(2u) with the same exp as silu_mul.
+SiluMulFn gelu_tanh_mul_kernel(Isa isa);
+SiluMulFn gelu_tanh_mul_kernel_avx512();  // nullptr when not compiled in
+SiluMulFn gelu_tanh_mul_kernel_avx2();    // nullptr when not compiled in
 
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);
 
 // y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t n);
+// y[i] += s * x[i].
+void add_scaled_inplace(float* y, const float* x, float s, int64_t n);
+// y[i] *= s.
+void scale_inplace(float* y, float s, int64_t n);
+// y[i] = cap * tanh(y[i] / cap): a soft limit on the logits' magnitude.
+void softcap_inplace(float* y, float cap, int64_t n);
 
 }  // namespace tandem::cpu

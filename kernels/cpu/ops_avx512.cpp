@@ -13,30 +13,42 @@ namespace tandem::cpu {
 
 namespace {
 
-// silu(g) = g * sigmoid(g), with e = exp(-|g|) <= 1 so the exp never overflows:
-// sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) for g < 0.
-inline __m512 silu16(__m512 g) {
-  const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+// g * sigmoid(z), with e = exp(-|z|) <= 1 so the exp never overflows:
+// sigmoid(z) = 1 / (1 + e) for z >= 0 and e / (1 + e) for z < 0.
+inline __m512 times_sigmoid16(__m512 g, __m512 z) {
+  const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(z)));
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __mmask16 neg = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ);
   const __m512 num = _mm512_mask_blend_ps(neg, one, e);
   return _mm512_mul_ps(g, _mm512_div_ps(num, _mm512_add_ps(one, e)));
 }
 
-void silu_mul_avx512(float* gate, const float* up, int64_t n) {
+// silu(g) = g * sigmoid(g); GELU's tanh form 0.5 g (1 + tanh(u)) = g * sigmoid(2u), with
+// u = sqrt(2 / pi) (g + 0.044715 g^3).
+template <bool Gelu>
+inline __m512 act16(__m512 g) {
+  if constexpr (!Gelu) return times_sigmoid16(g, g);
+  const __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
+  const __m512 u = _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), g3, g);
+  return times_sigmoid16(g, _mm512_mul_ps(_mm512_set1_ps(2.0f * kSqrt2OverPi), u));
+}
+
+template <bool Gelu>
+void act_mul_avx512(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(gate + i, _mm512_mul_ps(silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(act16<Gelu>(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
   if (i < n) {
     const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
     const __m512 g = _mm512_maskz_loadu_ps(tail, gate + i), u = _mm512_maskz_loadu_ps(tail, up + i);
-    _mm512_mask_storeu_ps(gate + i, tail, _mm512_mul_ps(silu16(g), u));
+    _mm512_mask_storeu_ps(gate + i, tail, _mm512_mul_ps(act16<Gelu>(g), u));
   }
 }
 
 }  // namespace
 
-SiluMulFn silu_mul_kernel_avx512() { return silu_mul_avx512; }
+SiluMulFn silu_mul_kernel_avx512() { return act_mul_avx512<false>; }
+SiluMulFn gelu_tanh_mul_kernel_avx512() { return act_mul_avx512<true>; }
 
 }  // namespace tandem::cpu
 
@@ -44,6 +56,7 @@ SiluMulFn silu_mul_kernel_avx512() { return silu_mul_avx512; }
 
 namespace tandem::cpu {
 SiluMulFn silu_mul_kernel_avx512() { return nullptr; }
+SiluMulFn gelu_tanh_mul_kernel_avx512() { return nullptr; }
 }  // namespace tandem::cpu
 
 #endif

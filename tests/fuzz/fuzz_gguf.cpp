@@ -7,15 +7,15 @@
 #include <cstdint>
 
 #include "gguf/gguf_file.h"
-#include "model/llama_config.h"
-#include "model/llama_model.h"
+#include "model/model_config.h"
+#include "model/model.h"
 #include "tokenizer/vocab.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto f = tandem::GgufFile::from_bytes(data, size);
   if (!f.ok()) return 0;
-  (void)tandem::LlamaConfig::from_gguf(*f.value());
+  (void)tandem::ModelConfig::from_gguf(*f.value());
   (void)tandem::Vocab::from_gguf(*f.value());
-  (void)tandem::LlamaModel::from_gguf(std::move(f.value()));
+  (void)tandem::Model::from_gguf(std::move(f.value()));
   return 0;
 }

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "tiny_model.h"
 
 int main(int argc, char** argv) {
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     shape.tied = s.tied;
     const auto bytes = tandem::test::tiny_model_bytes(shape);
     auto parsed = tandem::GgufFile::from_bytes(bytes.data(), bytes.size());
-    auto model = parsed.ok() ? tandem::LlamaModel::from_gguf(std::move(parsed.value())) : parsed.error();
+    auto model = parsed.ok() ? tandem::Model::from_gguf(std::move(parsed.value())) : parsed.error();
     if (!model.ok()) {  // a seed the loader refuses would only exercise its error paths
       std::fprintf(stderr, "write_gguf_seeds: seed %s does not load: %s\n", s.name, model.error().message.c_str());
       return 1;

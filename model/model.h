@@ -1,4 +1,5 @@
-// A loaded Llama-family model and its one forward pass (LlamaModel::pass), run as calls to the
+// A loaded model of any family tandem runs (its ArchSpec: model/arch_spec.h) and its one
+// forward pass (Model::pass), run as calls to the
 // backend (backend/) over a ForwardBatch: the tokens of one or many sequences at their
 // positions, whose K,V live in a paged KV pool (kv/block_pool.h). Both phases of inference are
 // this one pass: prefill puts a prompt's tokens in one batch (matrix-matrix products, compute
@@ -19,8 +20,8 @@
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "kv/block_allocator.h"
-#include "model/llama_config.h"
-#include "model/llama_weights.h"
+#include "model/model_config.h"
+#include "model/model_weights.h"
 
 namespace tandem {
 
@@ -40,13 +41,13 @@ struct BatchEntry {
   bool logits = false;
 };
 
-class LlamaModel {
+class Model {
  public:
-  static Result<std::unique_ptr<LlamaModel>> load(const std::string& path, const ModelOptions& opts = {});
-  static Result<std::unique_ptr<LlamaModel>> from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts = {});
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& opts = {});
+  static Result<std::unique_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts = {});
 
-  const LlamaConfig& config() const { return config_; }
-  const LlamaWeights& weights() const { return weights_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
   const GgufFile& gguf() const { return *file_; }
   Backend& backend() const { return *backend_; }
 
@@ -65,7 +66,7 @@ class LlamaModel {
                                                std::span<const std::vector<int32_t>> tables);
 
  private:
-  LlamaModel() = default;
+  Model() = default;
   Status check_tokens(std::span<const int32_t> tokens) const;
   void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
   // The one forward pass: embed the batch's tokens, run every layer (K,V through `kv`), and
@@ -74,10 +75,10 @@ class LlamaModel {
 
   std::unique_ptr<GgufFile> file_;
   std::shared_ptr<Backend> backend_;
-  LlamaConfig config_;
-  LlamaWeights weights_;
+  ModelConfig config_;
+  ModelWeights weights_;
   ModelOptions opts_;
-  std::vector<double> inv_freq_;  // [rope_dim / 2] RoPE angle per position, per pair
+  std::vector<std::vector<double>> inv_freq_;  // per RoPE set: [rope_dim / 2] angle per position, per pair
 
   // Activations of the tokens in flight (backend memory), grown on demand and reused.
   int64_t scratch_tokens_ = 0;
@@ -90,7 +91,7 @@ class LlamaModel {
   Tensor proj_;     // [n, n_embd] output of attn_output / ffn_down
   Tensor gate_;     // [n, n_ff]
   Tensor up_;       // [n, n_ff]
-  Tensor rope_cs_;  // [n, rope_dim] each position's RoPE cos, sin pairs
+  std::vector<Tensor> rope_cs_;  // per RoPE set: [n, rope_dim] each position's cos, sin pairs
   Tensor logits_;   // [n_logit_rows, n_vocab]
 };
 

@@ -1,14 +1,14 @@
-// LlamaModel::forward: one pass over tokens of one or many sequences whose K,V live in a
+// Model::forward: one pass over tokens of one or many sequences whose K,V live in a
 // block pool (the paged KV cache), after checking the batch against the pool and the model.
 #include <algorithm>
 
 #include "kv/block_pool.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 
 namespace tandem {
 
-Result<std::span<const float>> LlamaModel::forward(BlockPool& pool, const ForwardBatch& b) {
-  const LlamaConfig& c = config_;
+Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatch& b) {
+  const ModelConfig& c = config_;
   if (b.n_tokens() == 0) return make_error("empty batch");
   const BlockPoolShape& ps = pool.shape();
   if (ps.n_layer != c.n_layer || ps.n_kv_head != c.n_kv_head || ps.head_dim != c.head_dim)
@@ -33,13 +33,13 @@ Result<std::span<const float>> LlamaModel::forward(BlockPool& pool, const Forwar
   return backend_->read(logits_).subspan(0, (size_t)n_logits * (size_t)c.n_vocab);
 }
 
-Result<std::unique_ptr<BlockPool>> LlamaModel::new_kv_pool(int64_t n_blocks, DType dtype, int block_tokens,
+Result<std::unique_ptr<BlockPool>> Model::new_kv_pool(int64_t n_blocks, DType dtype, int block_tokens,
                                                            PrefixHashFn hash) const {
   const BlockPoolShape s{config_.n_layer, config_.n_kv_head, config_.head_dim, block_tokens, n_blocks, dtype};
   return BlockPool::create(s, *backend_, std::move(hash));
 }
 
-Result<std::span<const float>> LlamaModel::forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
+Result<std::span<const float>> Model::forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
                                                          std::span<const std::vector<int32_t>> tables) {
   ForwardBatch b(pool.block_tokens());
   for (const auto& t : tables) b.add_table(t);

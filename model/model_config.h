@@ -1,5 +1,5 @@
-// Hyper-parameters of a Llama-family model, read from GGUF metadata (keys prefixed by the
-// architecture name, e.g. "llama.block_count").
+// Hyper-parameters of a decoder-only transformer, read from GGUF metadata (keys prefixed by the
+// architecture name, e.g. "llama.block_count"), and its family's ArchSpec.
 #pragma once
 
 #include <cstdint>
@@ -7,10 +7,11 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "model/arch_spec.h"
 
 namespace tandem {
 
-struct LlamaConfig {
+struct ModelConfig {
   std::string arch;        // general.architecture
   std::string name;        // general.name
   int n_vocab = 0;
@@ -22,16 +23,17 @@ struct LlamaConfig {
   int head_dim = 0;
   int n_ff = 0;            // feed-forward hidden size
   int rope_dim = 0;        // dims of each head that RoPE rotates
-  double rope_base = 10000.0;
+  double rope_base = 10000.0;      // rope.freq_base (the global layers' with several RoPE sets)
   double rope_linear_scale = 1.0;  // positions are divided by this ("linear" rope scaling)
   float rms_eps = 1e-5f;
   bool tied_output = false;  // output projection shares token_embd
+  ArchSpec spec;             // how the family's forward pass differs (arch_spec.h)
 
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_kv_head * head_dim; }
   int gqa_group() const { return n_head / n_kv_head; }
 
-  static Result<LlamaConfig> from_gguf(const GgufFile& f);
+  static Result<ModelConfig> from_gguf(const GgufFile& f);
 };
 
 }  // namespace tandem

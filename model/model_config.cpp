@@ -1,4 +1,6 @@
-#include "model/llama_config.h"
+#include "model/model_config.h"
+
+#include "model/arch_readers.h"
 
 #include <array>
 #include <charconv>
@@ -9,9 +11,6 @@
 namespace tandem {
 
 namespace {
-
-// Architectures whose GGUF tensors and keys follow the Llama layout.
-constexpr std::array<std::string_view, 3> kLlamaLikeArchs = {"llama", "mistral", "granite"};
 
 Result<int> required_int(const GgufFile& f, const std::string& key) {
   auto v = f.get_uint(key);
@@ -66,15 +65,14 @@ Status check_range(const std::string& key, double v, double low, double high, co
 
 }  // namespace
 
-Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& f) {
-  LlamaConfig c;
+Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
+  ModelConfig c;
   auto arch = f.get_string("general.architecture");
   if (!arch.ok()) return arch.error();
   if (!arch->has_value()) return make_error("missing metadata key 'general.architecture'");
   c.arch = std::string(**arch);
-  bool known = false;
-  for (auto a : kLlamaLikeArchs) known |= (a == c.arch);
-  if (!known) return make_error("architecture '{}' is not supported (tandem runs: llama, mistral, granite)", c.arch);
+  if (!is_supported_architecture(c.arch))
+    return make_error("architecture '{}' is not supported (tandem runs: {})", c.arch, supported_architectures());
   auto name = f.get_string("general.name");
   if (name.ok() && name->has_value()) c.name = std::string(**name);
 
@@ -90,9 +88,12 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& f) {
   TANDEM_TRY(set(c.n_ff, required_int(f, p + "feed_forward_length")));
   TANDEM_TRY(set(c.n_ctx_train, optional_int(f, p + "context_length", 2048)));
   TANDEM_TRY(set(c.n_kv_head, optional_int(f, p + "attention.head_count_kv", c.n_head)));
-  if (c.n_embd % c.n_head != 0)
-    return make_error("embedding_length {} is not divisible by head_count {}", c.n_embd, c.n_head);
-  TANDEM_TRY(set(c.head_dim, optional_int(f, p + "attention.key_length", c.n_embd / c.n_head)));
+  TANDEM_TRY(set(c.head_dim, optional_int(f, p + "attention.key_length", 0)));
+  if (c.head_dim == 0) {  // no key_length: heads split the embedding
+    if (c.n_embd % c.n_head != 0)
+      return make_error("embedding_length {} is not divisible by head_count {}", c.n_embd, c.n_head);
+    c.head_dim = c.n_embd / c.n_head;
+  }
   TANDEM_TRY(set(c.rope_dim, optional_int(f, p + "rope.dimension_count", c.head_dim)));
   if (c.n_head % c.n_kv_head != 0)
     return make_error("head_count {} is not a multiple of head_count_kv {}", c.n_head, c.n_kv_head);
@@ -143,6 +144,9 @@ Result<LlamaConfig> LlamaConfig::from_gguf(const GgufFile& f) {
   if (vocab_size->has_value() && **vocab_size != embd->dims[1])
     return make_error("metadata '{}vocab_size' = {}, but token_embd.weight has {} rows", p, **vocab_size, embd->dims[1]);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
+  auto spec = read_arch_spec(f, c);
+  if (!spec.ok()) return spec.error();
+  c.spec = std::move(spec.value());
   return c;
 }
 

@@ -1,0 +1,189 @@
+// One short reader per family: each fills an ArchSpec from the GGUF keys and tensor names that
+// llama.cpp's converters write for it (keys prefixed by the architecture, "gemma3.rope.freq_base").
+#include "model/arch_readers.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace tandem {
+
+namespace {
+
+// A float key that must be finite and > 0 when present.
+Result<double> positive_float(const GgufFile& f, const std::string& key, double fallback) {
+  auto v = f.get_float(key);
+  if (!v.ok()) return v.error();
+  if (!v->has_value()) return fallback;
+  if (!std::isfinite(**v) || !(**v > 0.0) || **v > 1e12)
+    return make_error("metadata '{}' = {:g} is out of range (must be finite and > 0)", key, **v);
+  return **v;
+}
+
+bool has_tensor(const GgufFile& f, const std::string& name) { return f.find_tensor(name) != nullptr; }
+
+// What every family shares: RoPE set 0 from rope.freq_base and linear scaling, one per layer,
+// no window, scores scaled by 1 / sqrt(head_dim), and q/k/v as separate or fused matrices.
+ArchSpec base_spec(const GgufFile& f, const ModelConfig& c, std::string family) {
+  ArchSpec s;
+  s.family = std::move(family);
+  s.rope_sets = {RopeSet{c.rope_base, c.rope_linear_scale, true}};
+  s.layers.assign((size_t)c.n_layer, LayerSpec{});
+  s.attention_scale = 1.0f / std::sqrt((float)c.head_dim);
+  s.fused_qkv = has_tensor(f, "blk.0.attn_qkv.weight");
+  s.fused_gate_up = !has_tensor(f, "blk.0.ffn_gate.weight") && has_tensor(f, "blk.0.ffn_up.weight");
+  return s;
+}
+
+Result<ArchSpec> read_llama(const GgufFile& f, const ModelConfig& c) { return base_spec(f, c, "llama"); }
+
+// Granite is Llama's layout with four multipliers: embeddings, each residual branch, the
+// attention scores (instead of 1 / sqrt(head_dim)), and the logits (divided by logit_scale).
+Result<ArchSpec> read_granite(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "granite");
+  const std::string p = c.arch + ".";
+  auto embedding = positive_float(f, p + "embedding_scale", 1.0);
+  auto residual = positive_float(f, p + "residual_scale", 1.0);
+  auto attention = positive_float(f, p + "attention.scale", s.attention_scale);
+  auto logit = positive_float(f, p + "logit_scale", 1.0);
+  for (auto* r : {&embedding, &residual, &attention, &logit})
+    if (!r->ok()) return r->error();
+  s.embedding_scale = (float)*embedding;
+  s.residual_scale = (float)*residual;
+  s.attention_scale = (float)*attention;
+  s.logit_scale = (float)(1.0 / *logit);
+  return s;
+}
+
+// Qwen2: biases on q, k and v; RoPE on NeoX halves.
+Result<ArchSpec> read_qwen2(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "qwen2");
+  s.rope_style = RopeStyle::NeoxHalves;
+  s.qkv_bias = true;
+  return s;
+}
+
+// Qwen3: no biases; RMSNorm over each head of q and k before RoPE (QK-norm); NeoX halves.
+Result<ArchSpec> read_qwen3(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "qwen3");
+  s.rope_style = RopeStyle::NeoxHalves;
+  s.qk_norm = true;
+  return s;
+}
+
+// Phi-3: q, k, v in one attn_qkv matrix and gate, up in one ffn_up (both split at load); NeoX
+// halves. Files for the 128k-context variants carry per-frequency "LongRoPE" factors chosen by
+// context length, which tandem does not implement: refused, not run wrongly. The file's
+// sliding_window key is ignored, as llama.cpp ignores it (the converters fill it with the
+// training context, so it never binds inside the 4k context anyway).
+Result<ArchSpec> read_phi3(const GgufFile& f, const ModelConfig& c) {
+  if (has_tensor(f, "rope_factors_long.weight") || has_tensor(f, "rope_factors_short.weight"))
+    return make_error("this Phi-3 file uses LongRoPE factors (rope_factors_long/short), which tandem does not support");
+  ArchSpec s = base_spec(f, c, "phi3");
+  s.rope_style = RopeStyle::NeoxHalves;
+  return s;
+}
+
+// Which layers of a sliding-window model are windowed: the file's per-layer array, or a
+// period n (every n-th layer, the last of each period, attends globally; 0: every layer is
+// windowed), by default `period`.
+Result<std::vector<bool>> windowed_layers(const GgufFile& f, const std::string& key, int n_layer, uint64_t period) {
+  std::vector<bool> windowed((size_t)n_layer);
+  if (const GgufArray* a = f.get_array(key)) {
+    if (a->count != (uint64_t)n_layer)
+      return make_error("metadata '{}' has {} entries for {} layers", key, a->count, n_layer);
+    for (int i = 0; i < n_layer; i++) windowed[(size_t)i] = a->integer((uint64_t)i) != 0;
+    return windowed;
+  }
+  auto v = f.get_uint(key);
+  if (!v.ok()) return v.error();
+  if (v->has_value()) period = **v;
+  if (period > (uint64_t)n_layer + 1) return make_error("metadata '{}' = {} is out of range", key, period);
+  for (int i = 0; i < n_layer; i++) windowed[(size_t)i] = period == 0 || (uint64_t)i % period < period - 1;
+  return windowed;
+}
+
+// Gemma 3: sandwich norms, GELU-tanh gate, QK-norm, NeoX halves, embeddings times
+// sqrt(n_embd). Local layers see a sliding window with their own RoPE base (10000 unless the
+// file says); every sixth layer is global, with rope.freq_base and the file's scaling.
+// Scores are scaled by 1 / sqrt(head_dim), except the 27B (62 layers), whose query scale is
+// 1 / sqrt(n_embd / n_head) (Google's gemma_pytorch config; llama.cpp does the same).
+Result<ArchSpec> read_gemma3(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "gemma3");
+  const std::string p = c.arch + ".";
+  s.norms = NormPlacement::Sandwich;
+  s.activation = GateActivation::GeluTanh;
+  s.rope_style = RopeStyle::NeoxHalves;
+  s.qk_norm = true;
+  s.embedding_scale = std::sqrt((float)c.n_embd);
+  if (c.n_layer == 62) s.attention_scale = 1.0f / std::sqrt((float)(c.n_embd / c.n_head));
+  auto softcap = f.get_float(p + "final_logit_softcapping");  // absent or 0: none
+  if (!softcap.ok()) return softcap.error();
+  if (softcap->has_value() && **softcap != 0.0) {
+    if (!std::isfinite(**softcap) || !(**softcap > 0.0))
+      return make_error("metadata '{}final_logit_softcapping' = {:g} must be > 0", p, **softcap);
+    s.logit_softcap = (float)**softcap;
+  }
+
+  auto window = f.get_uint(p + "attention.sliding_window");
+  if (!window.ok()) return window.error();
+  if (!window->has_value() || **window == 0) return s;  // no sliding window: every layer global
+  if (**window > (1u << 30)) return make_error("metadata '{}attention.sliding_window' = {} is out of range", p, **window);
+  auto local_base = positive_float(f, p + "rope.freq_base_swa", 10000.0);
+  if (!local_base.ok()) return local_base.error();
+  s.rope_sets.push_back(RopeSet{*local_base, 1.0, false});
+  auto windowed = windowed_layers(f, p + "attention.sliding_window_pattern", c.n_layer, 6);
+  if (!windowed.ok()) return windowed.error();
+  for (int i = 0; i < c.n_layer; i++)
+    if ((*windowed)[(size_t)i]) s.layers[(size_t)i] = LayerSpec{1, (int64_t)**window};
+  return s;
+}
+
+struct Family {
+  std::string_view arch;  // general.architecture
+  Result<ArchSpec> (*read)(const GgufFile&, const ModelConfig&);
+};
+
+constexpr std::array<Family, 7> kFamilies = {{
+    {"llama", read_llama},
+    {"mistral", read_llama},
+    {"granite", read_granite},
+    {"qwen2", read_qwen2},
+    {"qwen3", read_qwen3},
+    {"gemma3", read_gemma3},
+    {"phi3", read_phi3},
+}};
+
+}  // namespace
+
+std::string supported_architectures() {
+  std::string s;
+  for (const Family& f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f.arch);
+  return s;
+}
+
+bool is_supported_architecture(std::string_view arch) {
+  for (const Family& f : kFamilies)
+    if (f.arch == arch) return true;
+  return false;
+}
+
+Result<ArchSpec> read_arch_spec(const GgufFile& f, const ModelConfig& c) {
+  for (const Family& fam : kFamilies)
+    if (fam.arch == c.arch) return fam.read(f, c);
+  return make_error("architecture '{}' is not supported (tandem runs: {})", c.arch, supported_architectures());
+}
+
+int64_t ArchSpec::max_window() const {
+  int64_t w = 0;
+  for (const LayerSpec& l : layers) w = std::max(w, l.window);
+  return w;
+}
+
+int ArchSpec::windowed_layers() const {
+  int n = 0;
+  for (const LayerSpec& l : layers) n += l.window > 0;
+  return n;
+}
+
+}  // namespace tandem

@@ -1,0 +1,53 @@
+// An architecture as data: everything the one forward pass (model.cpp) needs to know to run a
+// model family, read from GGUF by one short reader per family (arch_readers.cpp). The pass
+// branches on these fields, never on the family's name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tandem {
+
+// Where a layer's RMSNorms sit. Pre-norm (Llama and most): x += f(norm(x)). Gemma's sandwich
+// adds a norm on each branch's output too: x += post_norm(f(norm(x))).
+enum class NormPlacement : uint8_t { PreNorm, Sandwich };
+
+// One set of RoPE frequencies: inv_freq[i] = base^(-2i / rope_dim) / linear_scale (divided by
+// the file's rope_freqs factors when `freq_factors`). Gemma 3 has two: global and local layers.
+struct RopeSet {
+  double base = 10000.0;
+  double linear_scale = 1.0;  // positions are divided by this ("linear" RoPE scaling)
+  bool freq_factors = true;   // apply rope_freqs.weight when the file has one
+};
+
+struct LayerSpec {
+  int rope_set = 0;     // index into ArchSpec::rope_sets
+  int64_t window = 0;   // > 0: sliding-window attention over the last `window` positions
+};
+
+struct ArchSpec {
+  std::string family;  // the reader that filled it: llama, qwen2, qwen3, gemma3, phi3, granite
+  NormPlacement norms = NormPlacement::PreNorm;
+  GateActivation activation = GateActivation::Silu;
+  RopeStyle rope_style = RopeStyle::AdjacentPairs;
+  bool fused_qkv = false;      // one attn_qkv matrix (q rows, k rows, v rows), split at load
+  bool fused_gate_up = false;  // ffn_up holds the gate's rows, then up's (Phi-3), split at load
+  bool qkv_bias = false;       // attn_{q,k,v}.bias added after the products (Qwen2)
+  bool qk_norm = false;        // attn_{q,k}_norm: RMSNorm over each head of q and k before RoPE
+  float attention_scale = 0;   // scores = q . k * attention_scale
+  float embedding_scale = 1;   // the token embedding is multiplied by this
+  float residual_scale = 1;    // each branch's output is multiplied by this before the add
+  float logit_scale = 1;       // logits are multiplied by this (Granite: 1 / its logit_scale)
+  float logit_softcap = 0;     // > 0: logits = softcap * tanh(logits / softcap)
+  std::vector<RopeSet> rope_sets;
+  std::vector<LayerSpec> layers;
+
+  // The widest sliding window (0 when no layer has one) and how many layers have one.
+  int64_t max_window() const;
+  int windowed_layers() const;
+};
+
+}  // namespace tandem

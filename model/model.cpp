@@ -1,0 +1,123 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+namespace tandem {
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
+  auto f = GgufFile::open(path);
+  if (!f.ok()) return f.error();
+  return from_gguf(std::move(f.value()), opts);
+}
+
+Result<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts) {
+  std::unique_ptr<Model> m(new Model());
+  m->opts_ = opts;
+  m->backend_ = opts.backend ? opts.backend : default_backend();
+  auto cfg = ModelConfig::from_gguf(*file);
+  if (!cfg.ok()) return cfg.error();
+  m->config_ = std::move(cfg.value());
+  auto w = ModelWeights::from_gguf(*file, m->config_, *m->backend_, opts.on_load_progress);
+  if (!w.ok()) return w.error();
+  m->weights_ = std::move(w.value());
+  m->file_ = std::move(file);
+
+  const ModelConfig& c = m->config_;
+  for (const RopeSet& set : c.spec.rope_sets) {
+    std::vector<double>& inv = m->inv_freq_.emplace_back(c.rope_dim / 2);
+    for (int i = 0; i < c.rope_dim / 2; i++) {
+      double f = std::pow(set.base, -2.0 * i / c.rope_dim) / set.linear_scale;
+      if (set.freq_factors && !m->weights_.rope_freqs.empty()) f /= m->weights_.rope_freqs[i];
+      inv[i] = f;
+    }
+  }
+  return m;
+}
+
+Status Model::check_tokens(std::span<const int32_t> tokens) const {
+  for (size_t i = 0; i < tokens.size(); i++)
+    if (tokens[i] < 0 || tokens[i] >= config_.n_vocab)
+      return make_error("token #{} has id {}, outside the vocabulary [0, {})", i, tokens[i], config_.n_vocab);
+  return Status::Ok();
+}
+
+void Model::ensure_scratch(int64_t n, int64_t n_logit_rows) {
+  const ModelConfig& c = config_;
+  Backend& be = *backend_;
+  if (n > scratch_tokens_) {
+    x_ = be.new_tensor(n, c.n_embd);
+    xb_ = be.new_tensor(n, c.n_embd);
+    q_ = be.new_tensor(n, c.q_dim());
+    k_ = be.new_tensor(n, c.kv_dim());
+    v_ = be.new_tensor(n, c.kv_dim());
+    att_ = be.new_tensor(n, c.q_dim());
+    proj_ = be.new_tensor(n, c.n_embd);
+    gate_ = be.new_tensor(n, c.n_ff);
+    up_ = be.new_tensor(n, c.n_ff);
+    rope_cs_.clear();
+    for (size_t i = 0; i < inv_freq_.size(); i++) rope_cs_.push_back(be.new_tensor(n, c.rope_dim));
+    scratch_tokens_ = n;
+  }
+  if (logits_.rows < n_logit_rows) logits_ = be.new_tensor(n_logit_rows, c.n_vocab);
+}
+
+// Prefill multiplies every weight by a block of n tokens (matrix-matrix); decode, with n == 1,
+// by a single vector (matrix-vector). Weights that read the same input run as one group. The
+// family's differences are the spec's fields, read here and nowhere else.
+void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
+  const ModelConfig& c = config_;
+  const ArchSpec& a = c.spec;
+  const int64_t n = b.n_tokens();
+  const float eps = c.rms_eps;
+  const HeadShape heads{c.n_head, c.n_kv_head, c.head_dim};
+  const bool sandwich = a.norms == NormPlacement::Sandwich;
+  Backend& be = *backend_;
+  const Tensor x = x_.rows_view(0, n), xb = xb_.rows_view(0, n), q = q_.rows_view(0, n), k = k_.rows_view(0, n),
+               v = v_.rows_view(0, n), att = att_.rows_view(0, n), proj = proj_.rows_view(0, n),
+               gate = gate_.rows_view(0, n), up = up_.rows_view(0, n);
+  std::vector<Tensor> angles;  // per RoPE set
+  for (const Tensor& t : rope_cs_) angles.push_back(t.rows_view(0, n));
+  const std::span<const int64_t> logit_rows = b.logit_rows();
+  const Tensor logits = logits_.rows_view(logits_at, (int64_t)logit_rows.size());
+  auto matmul = [&](std::initializer_list<Product> group, const Tensor& in) {
+    be.matmul(std::span<const Product>(group.begin(), group.size()), in);
+  };
+  auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
+  be.run_pass(n, [&] {
+    be.embed(weights_.token_embd, b, x, a.embedding_scale);
+    for (size_t i = 0; i < inv_freq_.size(); i++)  // once for every layer and head
+      be.rope_angles(b, inv_freq_[i], c.rope_dim, angles[i]);
+    be.rmsnorm(x, weights_.layers[0].attn_norm, xb, eps);
+    for (int li = 0; li < c.n_layer; li++) {
+      const LayerWeights& L = weights_.layers[li];
+      const LayerSpec& ls = a.layers[li];
+      // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
+      matmul({{&L.wq, &q, bias(L.bq)}, {&L.wk, &k, bias(L.bk)}, {&L.wv, &v, bias(L.bv)}}, xb);
+      if (a.qk_norm) {
+        be.rmsnorm(q, L.q_norm, q, eps, c.head_dim);
+        be.rmsnorm(k, L.k_norm, k, eps, c.head_dim);
+      }
+      be.rope(q, k, angles[ls.rope_set], heads, c.rope_dim, a.rope_style);
+      be.store_kv(k, v, kv, li, b);
+      be.attention(q, kv, li, b, heads, AttentionParams{a.attention_scale, ls.window}, att);
+      matmul({{&L.wo, &proj}}, att);
+      if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);
+      be.add_residual(x, proj, &L.ffn_norm, &xb, eps, a.residual_scale);
+      // Feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb).
+      matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
+      be.gated_activation(gate, up, a.activation);
+      matmul({{&L.w_down, &proj}}, gate);
+      if (sandwich) be.rmsnorm(proj, L.post_ffn_norm, proj, eps);
+      // The residual add, fused with the next layer's attention norm.
+      const Tensor* next_norm = li + 1 < c.n_layer ? &weights_.layers[li + 1].attn_norm : nullptr;
+      be.add_residual(x, proj, next_norm, next_norm ? &xb : nullptr, eps, a.residual_scale);
+    }
+    if (!logit_rows.empty())
+      be.logits(x, logit_rows, weights_.output_norm, eps, weights_.output, xb_, logits,
+                LogitsParams{a.logit_scale, a.logit_softcap});
+  });
+}
+
+}  // namespace tandem

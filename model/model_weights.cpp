@@ -1,0 +1,162 @@
+#include "model/model_weights.h"
+
+#include <cmath>
+
+namespace tandem {
+
+namespace {
+
+std::string dims_str(const std::vector<uint64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+WeightSource source(const GgufTensor& t, const std::string& name, int64_t rows, int64_t cols) {
+  return WeightSource{name, t.dtype(), t.data, rows, cols, t.row_size(), t.type.compute_supported};
+}
+
+// `products`: the matrix multiplies activations (an untied token embedding only has rows looked
+// up, so the backend need not prepare it for products). When the backend made its own copy,
+// the file's pages are dropped: a tied embedding's rows that embed() still reads from the file
+// fault back in one row at a time, as tokens need them. Pages are dropped at once (so
+// loading never holds the whole file) and again once every tensor is prepared (`release`),
+// since reading a neighbouring tensor (a norm) maps pages around it back in (fault-around).
+using Ranges = std::vector<std::pair<const uint8_t*, size_t>>;
+Result<const GgufTensor*> find_matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t) return make_error("missing tensor {}", name);
+  if (t->dims.size() != 2 || (int64_t)t->dims[0] != cols || (int64_t)t->dims[1] != rows)
+    return make_error("tensor {} has shape {}, expected [{}, {}]", name, dims_str(t->dims), cols, rows);
+  return t;
+}
+
+// Rows [first, first + rows) of tensor t (all of them, or one part of a fused matrix).
+Result<Weight> prepare_rows(const GgufFile& f, const GgufTensor& t, const std::string& name, int64_t first,
+                            int64_t rows, int64_t cols, Backend& b, Ranges& release, bool products) {
+  WeightSource src = source(t, name, rows, cols);
+  src.data += (size_t)first * t.row_size();
+  auto w = b.prepare_weight(src, products);
+  if (w.ok() && !w->reads_source) {
+    release.emplace_back(src.data, (size_t)rows * t.row_size());
+    f.release_pages(src.data, release.back().second);
+  }
+  return w;
+}
+
+Result<Weight> matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols, Backend& b,
+                      Ranges& release, bool products = true) {
+  auto t = find_matrix(f, name, rows, cols);
+  if (!t.ok()) return t.error();
+  return prepare_rows(f, **t, name, 0, rows, cols, b, release, products);
+}
+
+// A matrix that stacks several products' rows (Phi-3's attn_qkv, ffn_up holding gate and up):
+// one Weight per part, as if the file had them apart.
+Status split_matrix(const GgufFile& f, const std::string& name, int64_t cols,
+                    std::initializer_list<std::pair<Weight*, int64_t>> parts, Backend& b, Ranges& release) {
+  int64_t rows = 0;
+  for (const auto& [w, n] : parts) rows += n;
+  auto t = find_matrix(f, name, rows, cols);
+  if (!t.ok()) return t.error();
+  int64_t first = 0;
+  for (const auto& [w, n] : parts) {
+    auto part = prepare_rows(f, **t, name, first, n, cols, b, release, true);
+    if (!part.ok()) return part.error();
+    *w = std::move(part.value());
+    first += n;
+  }
+  return Status::Ok();
+}
+
+Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Backend& b) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t) return make_error("missing tensor {}", name);
+  if (t->n_elements() != (uint64_t)n || t->dims[0] != (uint64_t)n)
+    return make_error("tensor {} has shape {}, expected [{}]", name, dims_str(t->dims), n);
+  return b.prepare_vector(source(*t, name, 1, n));
+}
+
+}  // namespace
+
+uint64_t ModelWeights::bytes_per_token() const {
+  uint64_t b = output.bytes + (uint64_t)output_norm.cols * 4;
+  for (const auto& l : layers) {
+    b += l.wq.bytes + l.wk.bytes + l.wv.bytes + l.wo.bytes + l.w_gate.bytes + l.w_up.bytes + l.w_down.bytes;
+    for (const Tensor* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
+                            &l.post_ffn_norm})
+      b += (uint64_t)v->cols * 4;
+  }
+  return b;
+}
+
+Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c, Backend& k,
+                                             const std::function<void(int, int)>& progress) {
+  ModelWeights w;
+  Ranges release;
+#define TANDEM_ASSIGN(dst, expr)          \
+  do {                                    \
+    auto r_ = (expr);                     \
+    if (!r_.ok()) return r_.error();      \
+    dst = std::move(r_.value());          \
+  } while (0)
+  TANDEM_ASSIGN(w.token_embd, matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, release, c.tied_output));
+  TANDEM_ASSIGN(w.output_norm, vector(f, "output_norm.weight", c.n_embd, k));
+  if (c.tied_output)
+    w.output = w.token_embd;
+  else
+    TANDEM_ASSIGN(w.output, matrix(f, "output.weight", c.n_vocab, c.n_embd, k, release));
+  if (f.find_tensor("rope_freqs.weight")) {
+    Tensor freqs;
+    TANDEM_ASSIGN(freqs, vector(f, "rope_freqs.weight", c.rope_dim / 2, k));
+    const std::span<const float> host = k.read(freqs);
+    w.rope_freqs.assign(host.begin(), host.end());
+  }
+  for (size_t i = 0; i < w.rope_freqs.size(); i++)  // RoPE divides each frequency by its factor
+    if (!std::isfinite(w.rope_freqs[i]) || !(w.rope_freqs[i] > 0.0f))
+      return make_error("tensor rope_freqs.weight: factor {} is {}, must be finite and > 0", i, w.rope_freqs[i]);
+
+  const ArchSpec& a = c.spec;
+  w.layers.resize(c.n_layer);
+  for (int i = 0; i < c.n_layer; i++) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[i];
+    TANDEM_ASSIGN(l.attn_norm, vector(f, p + "attn_norm.weight", c.n_embd, k));
+    if (a.fused_qkv) {
+      TANDEM_TRY(split_matrix(f, p + "attn_qkv.weight", c.n_embd, {{&l.wq, c.q_dim()}, {&l.wk, c.kv_dim()}, {&l.wv, c.kv_dim()}},
+                              k, release));
+    } else {
+      TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k, release));
+      TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k, release));
+      TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k, release));
+    }
+    if (a.qkv_bias) {
+      TANDEM_ASSIGN(l.bq, vector(f, p + "attn_q.bias", c.q_dim(), k));
+      TANDEM_ASSIGN(l.bk, vector(f, p + "attn_k.bias", c.kv_dim(), k));
+      TANDEM_ASSIGN(l.bv, vector(f, p + "attn_v.bias", c.kv_dim(), k));
+    }
+    if (a.qk_norm) {
+      TANDEM_ASSIGN(l.q_norm, vector(f, p + "attn_q_norm.weight", c.head_dim, k));
+      TANDEM_ASSIGN(l.k_norm, vector(f, p + "attn_k_norm.weight", c.head_dim, k));
+    }
+    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release));
+    TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
+    if (a.fused_gate_up) {
+      TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd, {{&l.w_gate, c.n_ff}, {&l.w_up, c.n_ff}}, k, release));
+    } else {
+      TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release));
+      TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release));
+    }
+    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release));
+    if (a.norms == NormPlacement::Sandwich) {
+      TANDEM_ASSIGN(l.post_attn_norm, vector(f, p + "post_attention_norm.weight", c.n_embd, k));
+      TANDEM_ASSIGN(l.post_ffn_norm, vector(f, p + "post_ffw_norm.weight", c.n_embd, k));
+    }
+    if (progress) progress(i + 1, c.n_layer);
+  }
+#undef TANDEM_ASSIGN
+  for (const auto& [p, n] : release) f.release_pages(p, n);
+  return w;
+}
+
+}  // namespace tandem

@@ -1,0 +1,49 @@
+// A model's weights, bound by their GGUF names as the family's ArchSpec asks, prepared by the backend from the mapped GGUF file (the backend
+// decides their form: the CPU's repack products' matrices into 16-row groups; the small norm
+// vectors are decoded to float). A matrix the backend copied no longer needs the file's pages:
+// they are released, so the model is not resident twice (mapped and repacked).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "model/model_config.h"
+
+namespace tandem {
+
+// Tensors an ArchSpec does not ask for stay empty (data == nullptr).
+struct LayerWeights {
+  Tensor attn_norm;       // [1, n_embd]
+  Weight wq;              // [q_dim, n_embd] (rows of attn_qkv when fused)
+  Weight wk;              // [kv_dim, n_embd]
+  Weight wv;              // [kv_dim, n_embd]
+  Tensor bq, bk, bv;      // [1, q_dim], [1, kv_dim]: qkv_bias
+  Tensor q_norm, k_norm;  // [1, head_dim]: qk_norm
+  Weight wo;              // [n_embd, q_dim]
+  Tensor post_attn_norm;  // [1, n_embd]: sandwich norms
+  Tensor ffn_norm;        // [1, n_embd]
+  Weight w_gate;          // [n_ff, n_embd] (the first n_ff rows of ffn_up when fused)
+  Weight w_up;            // [n_ff, n_embd]
+  Weight w_down;          // [n_embd, n_ff]
+  Tensor post_ffn_norm;   // [1, n_embd]: sandwich norms
+};
+
+struct ModelWeights {
+  Weight token_embd;              // [n_vocab, n_embd]
+  Tensor output_norm;             // [1, n_embd]
+  Weight output;                  // [n_vocab, n_embd]; token_embd when tied
+  std::vector<float> rope_freqs;  // [rope_dim / 2] frequency divisors (host), empty when absent
+  std::vector<LayerWeights> layers;
+
+  // Bytes of weights a decode step reads (every matrix once, plus the norms).
+  uint64_t bytes_per_token() const;
+
+  // progress(done, total) after each layer, when set.
+  static Result<ModelWeights> from_gguf(const GgufFile& f, const ModelConfig& c, Backend& backend,
+                                        const std::function<void(int, int)>& progress = {});
+};
+
+}  // namespace tandem
