@@ -106,7 +106,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::create(Vocab vocab) {
     const std::string_view space = "\xe2\x96\x81";
     t->spm_words_independent_ = std::none_of(v.tokens.begin(), v.tokens.end(), [&](const std::string& tok) {
       for (size_t at = tok.find(space, 1); at != std::string::npos; at = tok.find(space, at + 1))
-        if (tok.compare(at - 3, 3, space) != 0) return true;
+        if (at < space.size() || tok.compare(at - space.size(), space.size(), space) != 0) return true;
       return false;
     });
   }
