@@ -139,7 +139,7 @@ TEST(CpuBackend, PagedStoreAndAttentionEqualContiguous) {
     const Tensor out = be.new_tensor(n, q_dim);
     be.run_pass(n, [&] {
       be.store_kv(k, v, kv, 1, b);
-      be.attention(q, kv, 1, b, h, out);
+      be.attention(q, kv, 1, b, h, AttentionParams{0.125f, 0}, out);
     });
     // Each position's K and V bytes (layer 1) against the dtype's encoding of its floats.
     for (int64_t t = 0; t < n; t++) {

@@ -1,5 +1,8 @@
-// A tiny Llama-architecture GGUF with seeded random weights, built in memory, so model tests
-// run without any downloaded file. Quantized blocks get random quants with small scales.
+// A tiny GGUF of any family tandem runs (llama by default), with seeded random weights, built in
+// memory, so model tests run without any downloaded file. Quantized blocks get random quants
+// with small scales. Each family gets its own tensors and keys: qwen2's q/k/v biases, qwen3's
+// and gemma3's QK-norms, gemma3's sandwich norms and sliding window, phi3's fused matrices,
+// granite's four scales.
 #pragma once
 
 #include <cstring>
@@ -16,6 +19,9 @@ namespace tandem::test {
 
 struct TinyShape {
   int n_vocab = 96, n_embd = 64, n_layer = 2, n_head = 4, n_kv_head = 2, n_ff = 128, n_ctx = 64;
+  std::string family = "llama";  // general.architecture
+  int head_dim = 0;               // > 0: attention.key_length (else n_embd / n_head)
+  int64_t window = 0;             // gemma3: attention.sliding_window (0: no key)
   DType weight_type = DType::F32;
   bool tied = false;
   int n_tokens = 0;  // tokens in the tokenizer's vocabulary; 0: n_vocab (a mismatch is a bad file)
@@ -82,16 +88,26 @@ inline std::vector<uint8_t> f32_vector(int64_t n, std::mt19937& rng, float mean,
 inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed = 42) {
   std::mt19937 rng(seed);
   GgufBuilder b;
-  b.kv_str("general.architecture", "llama");
+  const std::string& fam = s.family;
+  const std::string a = fam + ".";
+  b.kv_str("general.architecture", fam);
   b.kv_str("general.name", "tiny-random");
-  b.kv_u32("llama.context_length", s.n_ctx);
-  b.kv_u32("llama.embedding_length", s.n_embd);
-  b.kv_u32("llama.block_count", s.n_layer);
-  b.kv_u32("llama.feed_forward_length", s.n_ff);
-  b.kv_u32("llama.attention.head_count", s.n_head);
-  b.kv_u32("llama.attention.head_count_kv", s.n_kv_head);
-  b.kv_f32("llama.rope.freq_base", 10000.0f);
-  b.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  b.kv_u32(a + "context_length", s.n_ctx);
+  b.kv_u32(a + "embedding_length", s.n_embd);
+  b.kv_u32(a + "block_count", s.n_layer);
+  b.kv_u32(a + "feed_forward_length", s.n_ff);
+  b.kv_u32(a + "attention.head_count", s.n_head);
+  b.kv_u32(a + "attention.head_count_kv", s.n_kv_head);
+  if (s.head_dim > 0) b.kv_u32(a + "attention.key_length", s.head_dim);
+  b.kv_f32(a + "rope.freq_base", 10000.0f);
+  b.kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (fam == "granite") {
+    b.kv_f32(a + "embedding_scale", 4.0f);
+    b.kv_f32(a + "residual_scale", 0.5f);
+    b.kv_f32(a + "attention.scale", 0.2f);
+    b.kv_f32(a + "logit_scale", 3.0f);
+  }
+  if (fam == "gemma3" && s.window > 0) b.kv_u32(a + "attention.sliding_window", (uint32_t)s.window);
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   for (int i = 0; i < (s.n_tokens ? s.n_tokens : s.n_vocab); i++) {
@@ -104,23 +120,45 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
   b.kv_i32_array("tokenizer.ggml.token_type", types);
   b.kv_str_array("tokenizer.ggml.merges", {});
   b.kv_u32("tokenizer.ggml.eos_token_id", 0);
-  const int hd = s.n_embd / s.n_head, kvd = hd * s.n_kv_head;
+  const int hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head, kvd = hd * s.n_kv_head, qd = hd * s.n_head;
   const DType t = s.weight_type;
-  const uint64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab;
-  b.tensor("token_embd.weight", t, {E, V}, random_weights(t, V, E, rng, 1.0f));
-  b.tensor("output_norm.weight", DType::F32, {E}, f32_vector(E, rng, 1.0f, 0.1f));
+  const uint64_t E = s.n_embd, F = s.n_ff, V = s.n_vocab, Q = qd, KV = kvd;
+  auto norm = [&](const std::string& name, uint64_t n) { b.tensor(name, DType::F32, {n}, f32_vector(n, rng, 1.0f, 0.1f)); };
+  b.tensor("token_embd.weight", t, {E, V}, random_weights(t, V, E, rng, fam == "gemma3" ? 0.15f : 1.0f));
+  norm("output_norm.weight", E);
   if (!s.tied) b.tensor("output.weight", t, {E, V}, random_weights(t, V, E, rng, 0.2f));
   for (int l = 0; l < s.n_layer; l++) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    b.tensor(p + "attn_norm.weight", DType::F32, {E}, f32_vector(E, rng, 1.0f, 0.1f));
-    b.tensor(p + "attn_q.weight", t, {E, E}, random_weights(t, E, E, rng, 0.3f));
-    b.tensor(p + "attn_k.weight", t, {E, (uint64_t)kvd}, random_weights(t, kvd, E, rng, 0.3f));
-    b.tensor(p + "attn_v.weight", t, {E, (uint64_t)kvd}, random_weights(t, kvd, E, rng, 0.3f));
-    b.tensor(p + "attn_output.weight", t, {E, E}, random_weights(t, E, E, rng, 0.1f));
-    b.tensor(p + "ffn_norm.weight", DType::F32, {E}, f32_vector(E, rng, 1.0f, 0.1f));
-    b.tensor(p + "ffn_gate.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
-    b.tensor(p + "ffn_up.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
+    norm(p + "attn_norm.weight", E);
+    if (fam == "phi3") {
+      b.tensor(p + "attn_qkv.weight", t, {E, Q + 2 * KV}, random_weights(t, Q + 2 * KV, E, rng, 0.3f));
+    } else {
+      b.tensor(p + "attn_q.weight", t, {E, Q}, random_weights(t, Q, E, rng, 0.3f));
+      b.tensor(p + "attn_k.weight", t, {E, KV}, random_weights(t, KV, E, rng, 0.3f));
+      b.tensor(p + "attn_v.weight", t, {E, KV}, random_weights(t, KV, E, rng, 0.3f));
+    }
+    if (fam == "qwen2") {
+      b.tensor(p + "attn_q.bias", DType::F32, {Q}, f32_vector(Q, rng, 0.0f, 0.5f));
+      b.tensor(p + "attn_k.bias", DType::F32, {KV}, f32_vector(KV, rng, 0.0f, 0.5f));
+      b.tensor(p + "attn_v.bias", DType::F32, {KV}, f32_vector(KV, rng, 0.0f, 0.5f));
+    }
+    if (fam == "qwen3" || fam == "gemma3") {
+      norm(p + "attn_q_norm.weight", (uint64_t)hd);
+      norm(p + "attn_k_norm.weight", (uint64_t)hd);
+    }
+    b.tensor(p + "attn_output.weight", t, {Q, E}, random_weights(t, E, Q, rng, 0.1f));
+    norm(p + "ffn_norm.weight", E);
+    if (fam == "phi3") {
+      b.tensor(p + "ffn_up.weight", t, {E, 2 * F}, random_weights(t, 2 * F, E, rng, 0.2f));
+    } else {
+      b.tensor(p + "ffn_gate.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
+      b.tensor(p + "ffn_up.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
+    }
     b.tensor(p + "ffn_down.weight", t, {F, E}, random_weights(t, E, F, rng, 0.1f));
+    if (fam == "gemma3") {
+      norm(p + "post_attention_norm.weight", E);
+      norm(p + "post_ffw_norm.weight", E);
+    }
   }
   return b.build();
 }
