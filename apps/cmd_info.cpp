@@ -45,6 +45,7 @@ Command add_info_command(CLI::App& app) {
     }
     fmt::print("model: {} layers, hidden {}, {} heads ({} KV heads, head dim {}), ffn {}, vocab {}, context {}\n",
                c->n_layer, c->n_embd, c->n_head, c->n_kv_head, c->head_dim, c->n_ff, c->n_vocab, c->n_ctx_train);
+    fmt::print("architecture {}\n", c->spec.describe());
     fmt::print("KV cache per token (f16): {} bytes; full context: {}\n",
                kv_cache_bytes(c->n_layer, c->n_kv_head, 1, c->head_dim, 2),
                human_bytes(kv_cache_bytes(c->n_layer, c->n_kv_head, c->n_ctx_train, c->head_dim, 2)));

@@ -4,6 +4,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "backend/make_backend.h"
@@ -36,6 +38,7 @@ Command add_kv_command(CLI::App& app) {
   return [a]() -> int {
     KvPlanInput in;
     std::string what = "dimensions";
+    std::vector<int64_t> windows;  // per layer, from the model's ArchSpec (0: global)
     if (!a->model.empty()) {
       auto f = GgufFile::open(a->model);
       if (!f.ok()) return fail(f.error().message);
@@ -47,6 +50,8 @@ Command add_kv_command(CLI::App& app) {
       in.ctx = c->n_ctx_train > 0 ? c->n_ctx_train : 4096;
       for (const auto& t : f.value()->tensors()) in.weights_bytes += t.nbytes;
       what = c->name.empty() ? a->model : c->name;
+      if (c->spec.max_window() > 0)
+        for (const LayerSpec& l : c->spec.layers) windows.push_back(l.window);
     } else if (a->layers <= 0 || a->kv_heads <= 0 || a->head_dim <= 0) {
       return fail("give -m MODEL, or --layers, --kv-heads and --head-dim");
     }
@@ -79,6 +84,12 @@ Command add_kv_command(CLI::App& app) {
     if (!plan.ok()) return fail(plan.error().message);
     const KvPlan& p = plan.value();
     const std::string dname(dtype_name(in.dtype));
+    // Sliding-window layers only ever read their last `window` positions: a store keeping
+    // only those would hold this much per sequence. tandem's paged store keeps every layer's
+    // K,V for every position (a block holds all layers), so it allocates bytes_per_sequence.
+    uint64_t windowed_seq = 0;
+    for (int64_t w : windows)
+      windowed_seq += p.bytes_per_token / (uint64_t)in.n_layer * (uint64_t)(w > 0 ? std::min<int64_t>(w, in.ctx) : in.ctx);
     if (a->json) {
       nlohmann::ordered_json j = {{"model", what},
                                   {"layers", in.n_layer},
@@ -92,6 +103,11 @@ Command add_kv_command(CLI::App& app) {
                                   {"kv_bytes_per_sequence", p.bytes_per_sequence},
                                   {"kv_bytes_batch", p.bytes_batch},
                                   {"weights_bytes", in.weights_bytes}};
+      if (!windows.empty()) {
+        j["windowed_layers"] = std::count_if(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
+        j["window"] = *std::max_element(windows.begin(), windows.end());
+        j["kv_bytes_per_sequence_window_only"] = windowed_seq;
+      }
       if (in.memory_bytes) {
         j["memory_bytes"] = in.memory_bytes;
         j["max_sequences"] = p.max_sequences;
@@ -106,6 +122,14 @@ Command add_kv_command(CLI::App& app) {
     fmt::print("  per sequence   {:>14} bytes  {}   ({} tokens)\n", p.bytes_per_sequence, format_bytes((double)p.bytes_per_sequence),
                in.ctx);
     fmt::print("  batch          {:>14} bytes  {}   ({} sequences)\n", p.bytes_batch, format_bytes((double)p.bytes_batch), in.batch);
+    if (!windows.empty()) {
+      const auto n_win = std::count_if(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
+      fmt::print("  sliding window: {} of {} layers attend to the last {} positions only. A store keeping only\n"
+                 "  their window would need {} per sequence ({:.1f}x less); tandem's paged store keeps\n"
+                 "  every layer's K,V for every position, so it allocates the figures above.\n",
+                 n_win, in.n_layer, *std::max_element(windows.begin(), windows.end()), format_bytes((double)windowed_seq),
+                 windowed_seq ? (double)p.bytes_per_sequence / (double)windowed_seq : 0.0);
+    }
     if (in.weights_bytes)
       fmt::print("weights          {:>14} bytes  {}   (KV of one sequence is {:.1f}% of it)\n", in.weights_bytes,
                  format_bytes((double)in.weights_bytes), 100.0 * p.bytes_per_sequence / in.weights_bytes);

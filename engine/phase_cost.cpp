@@ -26,15 +26,28 @@ ModelShape ModelShape::of(const ModelConfig& c, const ModelWeights& w, double kv
     for (const auto* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*x);
   add(w.output);
   m.kv_bytes_per_position = 2.0 * c.n_layer * c.n_kv_head * c.head_dim * kv_elem_bytes;
+  for (const LayerSpec& l : c.spec.layers) m.windows.push_back(l.window);
   return m;
+}
+
+double ModelShape::keys_at(int64_t p) const {
+  if (windows.empty()) return (double)n_layer * (double)(p + 1);
+  double k = 0;
+  for (int64_t w : windows) k += (double)(w > 0 ? std::min(p + 1, w) : p + 1);
+  return k;
+}
+
+double ModelShape::keys_read(int64_t first, int64_t len) const {
+  if (windows.empty()) return (double)n_layer * (double)(first + len);
+  double k = 0;  // a windowed layer reads from the first query's window start to the last key
+  for (int64_t w : windows) k += (double)(first + len - (w > 0 ? std::max<int64_t>(0, first - w + 1) : 0));
+  return k;
 }
 
 namespace {
 
-// Attention of one token at position p over p + 1 keys, all layers: Q.K and softmax(.)V.
-double attention_flops(const ModelShape& m, int64_t p) {
-  return 4.0 * m.n_layer * m.n_head * m.head_dim * (double)(p + 1);
-}
+// Attention of one token at position p over its keys, all layers: Q.K and softmax(.)V.
+double attention_flops(const ModelShape& m, int64_t p) { return 4.0 * m.n_head * m.head_dim * m.keys_at(p); }
 
 }  // namespace
 
@@ -45,9 +58,13 @@ PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0, int64_t chu
     const int64_t len = std::min(chunk, n - start), first = pos0 + start;
     c.weight_bytes += m.matmul_bytes;
     c.flops += 2.0 * m.matmul_elements_per_token * (double)len;
-    // attention flops summed over the chunk's positions: sum of (p + 1)
-    c.flops += 4.0 * m.n_layer * m.n_head * m.head_dim * ((double)len * (double)(first + 1) + (double)len * (len - 1) / 2);
-    c.kv_read_bytes += m.kv_bytes_per_position * (double)(first + len);  // the prefix, once per chunk
+    // attention flops summed over the chunk's positions: sum of (p + 1) per global layer
+    if (m.windows.empty() || std::all_of(m.windows.begin(), m.windows.end(), [](int64_t w) { return w == 0; }))
+      c.flops += 4.0 * m.n_layer * m.n_head * m.head_dim * ((double)len * (double)(first + 1) + (double)len * (len - 1) / 2);
+    else
+      for (int64_t p = first; p < first + len; p++) c.flops += attention_flops(m, p);
+    // the prefix, once per chunk
+    c.kv_read_bytes += m.kv_bytes_per_position / m.n_layer * m.keys_read(first, len);
     c.kv_write_bytes += m.kv_bytes_per_position * (double)len;
   }
   return c;
@@ -59,7 +76,7 @@ PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0) {
     const int64_t p = pos0 + k;
     c.weight_bytes += m.matmul_bytes;
     c.flops += 2.0 * m.matmul_elements_per_token + attention_flops(m, p);
-    c.kv_read_bytes += m.kv_bytes_per_position * (double)(p + 1);
+    c.kv_read_bytes += m.kv_bytes_per_position / m.n_layer * m.keys_at(p);
     c.kv_write_bytes += m.kv_bytes_per_position;
   }
   return c;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/model_config.h"
 #include "model/model_weights.h"
@@ -29,6 +30,11 @@ struct ModelShape {
   double matmul_elements_per_token = 0;  // weight elements multiplied per token (all layers + output)
   double matmul_bytes = 0;               // bytes of those weights
   double kv_bytes_per_position = 0;      // K and V of every layer for one position
+  std::vector<int64_t> windows;          // per layer: sliding window (0: the layer sees every key)
+  // Keys attended at position p, summed over the layers (p + 1 per global layer).
+  double keys_at(int64_t p) const;
+  // Keys a pass reads from the cache for positions [first, first + len), summed over layers.
+  double keys_read(int64_t first, int64_t len) const;
   static ModelShape of(const ModelConfig& c, const ModelWeights& w, double kv_elem_bytes);
 };
 
@@ -36,7 +42,7 @@ struct ModelShape {
 // reads every weight once and the KV prefix once.
 PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0 = 0, int64_t chunk = 512);
 // Decode of n tokens, the first at position pos0 (it attends to pos0 + 1 positions): every
-// token reads every weight and the whole cache.
+// token reads every weight and the whole cache (of a windowed layer, the window).
 PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0);
 // Naive mode: each of n generated tokens, after a prompt of p tokens, recomputes the whole
 // sequence: step k is a prefill of p + k tokens.

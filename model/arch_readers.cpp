@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace tandem {
 
 namespace {
@@ -172,6 +174,27 @@ Result<ArchSpec> read_arch_spec(const GgufFile& f, const ModelConfig& c) {
   for (const Family& fam : kFamilies)
     if (fam.arch == c.arch) return fam.read(f, c);
   return make_error("architecture '{}' is not supported (tandem runs: {})", c.arch, supported_architectures());
+}
+
+std::string ArchSpec::describe() const {
+  std::string s = family + ": ";
+  s += norms == NormPlacement::Sandwich ? "sandwich norms" : "pre-norm";
+  s += activation == GateActivation::GeluTanh ? ", GELU-tanh gate" : ", SiLU gate";
+  s += rope_style == RopeStyle::NeoxHalves ? ", RoPE on NeoX halves" : ", RoPE on adjacent pairs";
+  for (size_t i = 0; i < rope_sets.size(); i++)
+    s += fmt::format("{}{:g}{}", i == 0 ? " (base " : ", local layers' base ", rope_sets[i].base,
+                     i + 1 == rope_sets.size() ? ")" : "");
+  if (fused_qkv) s += ", fused qkv";
+  if (fused_gate_up) s += ", fused gate/up";
+  if (qkv_bias) s += ", qkv bias";
+  if (qk_norm) s += ", QK-norm";
+  s += fmt::format(", score scale {:.4g}", attention_scale);
+  if (const int n = windowed_layers()) s += fmt::format(", sliding window {} on {} of {} layers", max_window(), n, layers.size());
+  if (embedding_scale != 1.0f) s += fmt::format(", embeddings x{:.4g}", embedding_scale);
+  if (residual_scale != 1.0f) s += fmt::format(", residuals x{:.4g}", residual_scale);
+  if (logit_scale != 1.0f) s += fmt::format(", logits x{:.4g}", logit_scale);
+  if (logit_softcap > 0.0f) s += fmt::format(", logit soft-cap {:g}", logit_softcap);
+  return s;
 }
 
 int64_t ArchSpec::max_window() const {

@@ -45,6 +45,8 @@ struct ArchSpec {
   std::vector<RopeSet> rope_sets;
   std::vector<LayerSpec> layers;
 
+  // "gemma3: sandwich norms, GELU-tanh gate, ...": for `tandem info` and logs.
+  std::string describe() const;
   // The widest sliding window (0 when no layer has one) and how many layers have one.
   int64_t max_window() const;
   int windowed_layers() const;
