@@ -29,6 +29,8 @@ std::vector<uint8_t> random_row(DType t, int64_t cols, std::mt19937& rng) {
   // Keep fp16 scales small and finite: a block's scale is its first two bytes (Q6_K: last two).
   const size_t d_at = t == DType::Q6_K ? info.block_bytes - 2 : 0;
   for (size_t at = d_at; at + 1 < row.size(); at += info.block_bytes) row[at] = 0x00, row[at + 1] = 0x20;
+  if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)  // offset or min scale
+    for (size_t at = 2; at + 1 < row.size(); at += info.block_bytes) row[at] = 0x00, row[at + 1] = 0x20;
   return row;
 }
 
@@ -215,10 +217,11 @@ void BM_QuantizeKvRow(benchmark::State& st, Isa isa) {
 int register_all() {
   for (Isa isa : supported_isas()) {
     const std::string at = std::string("/") + std::string(isa_name(isa));
-    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
+    for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
+                    DType::Q6_K}) {
       const std::string name(dtype_name(t));
       benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
-      if (t != DType::Q6_K) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
+      if (quant_dot4_kernel(t, isa)) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
       if (packed_gemm_kernel(t, isa)) {
         benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
         benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);

@@ -9,14 +9,14 @@ std::optional<DTypeInfo> dtype_info(uint32_t id) {
     case DType::BF16: return DTypeInfo{"BF16", 1, 2, true};
     case DType::Q4_0: return DTypeInfo{"Q4_0", 32, 18, true};
     case DType::Q4_1: return DTypeInfo{"Q4_1", 32, 20, true};
-    case DType::Q5_0: return DTypeInfo{"Q5_0", 32, 22, false};
-    case DType::Q5_1: return DTypeInfo{"Q5_1", 32, 24, false};
+    case DType::Q5_0: return DTypeInfo{"Q5_0", 32, 22, true};
+    case DType::Q5_1: return DTypeInfo{"Q5_1", 32, 24, true};
     case DType::Q8_0: return DTypeInfo{"Q8_0", 32, 34, true};
     case DType::Q8_1: return DTypeInfo{"Q8_1", 32, 36, false};
     case DType::Q2_K: return DTypeInfo{"Q2_K", 256, 84, false};
     case DType::Q3_K: return DTypeInfo{"Q3_K", 256, 110, false};
     case DType::Q4_K: return DTypeInfo{"Q4_K", 256, 144, true};
-    case DType::Q5_K: return DTypeInfo{"Q5_K", 256, 176, false};
+    case DType::Q5_K: return DTypeInfo{"Q5_K", 256, 176, true};
     case DType::Q6_K: return DTypeInfo{"Q6_K", 256, 210, true};
     case DType::Q8_K: return DTypeInfo{"Q8_K", 256, 292, false};
     case DType::I8: return DTypeInfo{"I8", 1, 1, false};

@@ -42,7 +42,7 @@ std::vector<QuantVector> load_vectors() {
 
 TEST(Kernels, DequantizeMatchesGgufPackage) {
   const auto vectors = load_vectors();
-  ASSERT_EQ(vectors.size(), 8u) << "tests/data/quant_vectors.bin missing or short";
+  ASSERT_EQ(vectors.size(), 11u) << "tests/data/quant_vectors.bin missing or short";
   for (const auto& v : vectors) {
     std::vector<float> got(v.values.size());
     ASSERT_TRUE(dequantize_row(v.type, v.raw.data(), got.data(), (int64_t)got.size())) << dtype_name(v.type);
@@ -118,7 +118,7 @@ TEST(Kernels, QuantizedActivationDotsEveryIsa) {
     // Four tokens at once: rows of 64 or 96 elements (2 or 3 blocks: AVX-512 takes blocks in
     // pairs, so an odd count has a tail) against 4 token rows of xq.
     for (const int64_t cols : {64, 96}) {
-      if (v.type == DType::Q6_K) break;  // no four-token kernel
+      if (!quant_dot4_kernel(v.type, Isa::Scalar)) break;  // no four-token kernel
       const int64_t stride = 4;  // token j starts at block j * stride
       if (4 * stride * 32 > n) continue;
       for (Isa isa : supported_isas()) {
@@ -191,7 +191,7 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
   const auto vectors = load_vectors();
   for (const auto& v : vectors) {
     // Reuse the 512-element record as a [rows, cols] matrix.
-    const int64_t cols = v.type == DType::Q4_K || v.type == DType::Q6_K ? 256 : 64;
+    const int64_t cols = dtype_info((uint32_t)v.type)->block_elems == 256 ? 256 : 64;
     const int64_t rows = 512 / cols;
     for (Isa isa : supported_isas()) {
       const CpuKernels k = CpuKernels::for_isa(isa);
@@ -213,19 +213,27 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
   }
 }
 
-// Random GGUF-layout rows of a legacy quant type or Q6_K: fp16 scales near 0.01, random
-// quant bytes (and random int8 sub-block scales).
+// The quant types with packed 8-bit-activation kernels.
+constexpr DType kPackedQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                       DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+bool is_super_block(DType t) { return dtype_info((uint32_t)t)->block_elems == 256; }
+
+// Random GGUF-layout rows of a quant type: fp16 scales (and offsets, mins) in +-0.02, random
+// quant bytes (and random sub-block scales).
 std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   const size_t rb = tandem::row_bytes(*dtype_info((uint32_t)t), cols);
   std::vector<uint8_t> raw(rows * rb);
   for (auto& b : raw) b = (uint8_t)rng();
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  const size_t block = rb / (cols / (t == DType::Q6_K ? 256 : 32));
+  const size_t block = rb / (cols / (is_super_block(t) ? 256 : 32));
   const size_t d_at = t == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
+  // Q4_1/Q5_1 offsets and Q4_K/Q5_K min scales follow d.
+  const bool second = t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K;
   for (size_t off = 0; off < raw.size(); off += block) {
     const uint16_t d = fp32_to_fp16(scale(rng)), m = fp32_to_fp16(scale(rng));
     std::memcpy(&raw[off + d_at], &d, 2);
-    if (t == DType::Q4_1) std::memcpy(&raw[off + 2], &m, 2);
+    if (second) std::memcpy(&raw[off + 2], &m, 2);
   }
   return raw;
 }
@@ -233,17 +241,21 @@ std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std:
 TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
-    // A partial second group and an odd count of blocks (Q6_K: of super-blocks).
-    const int64_t step = t == DType::Q6_K ? 256 : 32, rows = 20, cols = 3 * step, nb = cols / 32;
+  for (DType t : kPackedQuantTypes) {
+    // A partial second group and an odd count of blocks (K-quants: of super-blocks).
+    const int64_t step = is_super_block(t) ? 256 : 32, rows = 20, cols = 3 * step, nb = cols / 32;
     const auto raw = random_quant_rows(t, rows, cols, rng);
     const size_t rb = raw.size() / rows;
     const auto packed = pack_rows(t, raw.data(), rows, cols, rb);
     const size_t gbytes = packed_group_bytes(t, cols);
-    // With an odd count the last unit's second half is padding that no kernel reads; with an
-    // even one a group is exactly its 16 rows' bytes, so decode reads nothing extra.
-    ASSERT_EQ(gbytes, (rb + rb / 3) * kPackRows);
-    ASSERT_EQ(packed_group_bytes(t, cols + step), (rb + rb / 3) * kPackRows) << "packing must not add bytes for decode to read";
+    if (t == DType::Q4_K || t == DType::Q5_K) {  // one unit a super-block: 64 bytes of unpacked scales more
+      ASSERT_EQ(gbytes, rb * kPackRows + 3 * 64) << dtype_name(t);
+    } else {
+      // With an odd count the last unit's second half is padding that no kernel reads; with an
+      // even one a group is exactly its 16 rows' bytes, so decode reads nothing extra.
+      ASSERT_EQ(gbytes, (rb + rb / 3) * kPackRows) << dtype_name(t);
+      ASSERT_EQ(packed_group_bytes(t, cols + step), (rb + rb / 3) * kPackRows) << "packing must not add bytes for decode to read";
+    }
     std::vector<float> x(kPackMaxTokens * cols);
     for (auto& e : x) e = nd(rng);
     std::vector<BlockQ8Act> xq(kPackMaxTokens * nb);
@@ -260,6 +272,9 @@ TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
       }
     for (Isa isa : supported_isas()) {
       const PackedGemmFn f = packed_gemm_kernel(t, isa);
+      if (isa != Isa::Scalar) {
+        ASSERT_NE(f, nullptr) << dtype_name(t) << " " << isa_name(isa);
+      }
       if (!f) continue;
       for (int n = 1; n <= kPackMaxTokens; n++) {
         std::vector<float> got(kPackMaxTokens * rows + 1, -7.0f);  // sentinel past the end
@@ -276,10 +291,10 @@ TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
 }
 
 // The largest products the integer paths can meet (Q8_0 weights of -128 and 127, Q4 nibbles
-// of 15, Q6_K quants of 63 with scales of -128 and 127, activations of +-127): the AVX2
-// kernels sum byte pairs in int16 (VPMADDUBSW) and must not saturate anywhere.
+// of 15, Q5 quants of 31, Q6_K quants of 63 with scales of -128 and 127, activations of
+// +-127): the AVX2 kernels sum byte pairs in int16 (VPMADDUBSW) and must not saturate anywhere.
 TEST(Kernels, PackedGemmExactAtExtremeValues) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K}) {
+  for (DType t : kPackedQuantTypes) {
     const int64_t rows = 16, cols = 512, nb = cols / 32;
     const size_t rb = tandem::row_bytes(*dtype_info((uint32_t)t), cols);
     std::vector<uint8_t> raw(rows * rb);
@@ -296,12 +311,22 @@ TEST(Kernels, PackedGemmExactAtExtremeValues) {
         }
         continue;
       }
+      if (t == DType::Q4_K || t == DType::Q5_K) {  // every scale and min 63, every quant 15 or 31
+        const size_t block = rb / (cols / 256);
+        for (int64_t sb = 0; sb < cols / 256; sb++) {
+          uint8_t* blk = row + sb * block;
+          std::memcpy(blk, &d, 2);
+          std::memcpy(blk + 2, &d, 2);
+          std::memset(blk + 4, 0xFF, block - 4);
+        }
+        continue;
+      }
       const size_t block = rb / nb;
       for (int64_t b = 0; b < nb; b++) {
         uint8_t* blk = row + b * block;
         std::memcpy(blk, &d, 2);
-        if (t == DType::Q4_1) std::memcpy(blk + 2, &d, 2);
-        const size_t qs = t == DType::Q4_1 ? 4 : 2;
+        if (t == DType::Q4_1 || t == DType::Q5_1) std::memcpy(blk + 2, &d, 2);
+        const size_t qs = t == DType::Q4_1 || t == DType::Q5_1 ? 4 : 2;
         std::memset(blk + qs, t == DType::Q8_0 ? (r % 2 ? 0x7F : 0x80) : 0xFF, block - qs);
       }
     }
@@ -328,6 +353,44 @@ TEST(Kernels, PackedGemmExactAtExtremeValues) {
             ASSERT_EQ(got[j * rows + r], ref[j * rows + r]) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
       }
     }
+  }
+}
+
+// Whole products (matmul: the packed kernels on AVX2/AVX-512, the row kernels on scalar) of a
+// random matrix of each quant type against a float64 dot over the dequantized weights, with
+// 8-bit activations (within their rounding) and with exact float products.
+TEST(Kernels, QuantProductsMatchFloat64OverDequantizedWeights) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd;
+  for (DType t : kPackedQuantTypes) {
+    const int64_t rows = 40, cols = 512, T = 11;
+    const auto raw = random_quant_rows(t, rows, cols, rng);
+    const size_t rb = raw.size() / rows;
+    std::vector<float> wf(rows * cols), X(T * cols), Y(T * rows);
+    for (int64_t r = 0; r < rows; r++) ASSERT_TRUE(dequantize_row(t, raw.data() + r * rb, wf.data() + r * cols, cols));
+    for (auto& e : X) e = nd(rng);
+    for (Isa isa : supported_isas())
+      for (bool int8 : {true, false}) {
+        const CpuKernels k = CpuKernels::for_isa(isa, int8);
+        WeightMatrix w{t, raw.data(), rows, cols, rb, k.row_dot(t), k.quant_dot(t), k.quant_dot4(t), {}, 0, {}};
+        ASSERT_NE(w.dot, nullptr) << dtype_name(t);
+        w.pack_for(k);
+        EXPECT_EQ(w.is_packed(), int8 && isa != Isa::Scalar) << dtype_name(t) << " " << isa_name(isa);
+        for (int64_t n : {int64_t(1), T}) {
+          std::fill(Y.begin(), Y.end(), 0.0f);
+          matmul(w, X.data(), n, Y.data(), k);
+          for (int64_t j = 0; j < n; j++)
+            for (int64_t r = 0; r < rows; r++) {
+              double ref = 0, mag = 0;
+              for (int64_t c = 0; c < cols; c++) {
+                ref += (double)wf[r * cols + c] * X[j * cols + c];
+                mag += std::fabs((double)wf[r * cols + c] * X[j * cols + c]);
+              }
+              ASSERT_NEAR(Y[j * rows + r], ref, (int8 ? 0.02 : 1e-5) * mag + 1e-6)
+                  << dtype_name(t) << " " << isa_name(isa) << (int8 ? " 8-bit" : " exact") << " row " << r << " token " << j;
+            }
+        }
+      }
   }
 }
 

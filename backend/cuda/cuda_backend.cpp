@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/dot.h"
 
 namespace tandem {
 
@@ -189,19 +190,43 @@ Result<KvStore> CudaBackend::new_kv_store(DType dtype, int n_layer, int block_to
   return kv;
 }
 
+// A weight of a type with no CUDA kernel (Q5_0, Q5_1, Q5_K): its rows decoded on the host by
+// the CPU's reference dequantizer and rounded to F16, which the device multiplies.
+static Result<std::vector<uint16_t>> decode_to_f16(const WeightSource& src) {
+  std::vector<uint16_t> f16((size_t)src.rows * (size_t)src.cols);
+  std::vector<float> row((size_t)src.cols);
+  for (int64_t r = 0; r < src.rows; r++) {
+    if (!cpu::dequantize_row(src.type, src.data + (size_t)r * src.row_bytes, row.data(), src.cols))
+      return make_error("tensor {} has type {}, which tandem cannot decode", src.name, dtype_name(src.type));
+    cpu::f32_to_f16(row.data(), f16.data() + (size_t)r * src.cols, src.cols);
+  }
+  return f16;
+}
+
 Result<Weight> CudaBackend::prepare_weight(const WeightSource& src, bool products) {
-  if (!src.compute_supported || !cuda::matmul_supported(src.type))
+  if (!src.compute_supported)
     return make_error("tensor {} has type {}, which the CUDA backend cannot compute with yet", src.name,
                       dtype_name(src.type));
-  auto w = cuda::upload_weight(src, stream_);
+  WeightSource upload_src = src;
+  std::vector<uint16_t> decoded;  // [rows, cols] F16, for a type with no CUDA kernel
+  if (!cuda::matmul_supported(src.type)) {
+    auto f16 = decode_to_f16(src);
+    if (!f16.ok()) return f16.error();
+    decoded = std::move(f16.value());
+    upload_src.type = DType::F16;
+    upload_src.data = reinterpret_cast<const uint8_t*>(decoded.data());
+    upload_src.row_bytes = (size_t)src.cols * 2;
+  }
+  auto w = cuda::upload_weight(upload_src, stream_);  // synchronous: decoded may go after it
   if (!w.ok()) return w.error();
   auto impl = std::make_shared<cuda::DeviceWeight>(std::move(w.value()));
   if (products) {
     max_cols_ = std::max(max_cols_, src.cols);
     max_rows_ = std::max(max_rows_, src.rows);
   }
-  // The device holds its own copy: the host's pages of the file can go.
-  return Weight{src.type, src.rows, src.cols, (uint64_t)src.rows * src.row_bytes, std::move(impl), false};
+  // The device holds its own copy: the host's pages of the file can go. Its type and bytes are
+  // what products stream (F16 for a decoded weight).
+  return Weight{upload_src.type, src.rows, src.cols, (uint64_t)src.rows * upload_src.row_bytes, std::move(impl), false};
 }
 
 Result<Tensor> CudaBackend::prepare_vector(const WeightSource& src) {

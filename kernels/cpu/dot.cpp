@@ -46,8 +46,11 @@ RowDotFn row_dot_kernel(DType type, Isa isa) {
     case DType::BF16: return row_dot_scalar_t<DType::BF16>;
     case DType::Q4_0: return row_dot_scalar_t<DType::Q4_0>;
     case DType::Q4_1: return row_dot_scalar_t<DType::Q4_1>;
+    case DType::Q5_0: return row_dot_scalar_t<DType::Q5_0>;
+    case DType::Q5_1: return row_dot_scalar_t<DType::Q5_1>;
     case DType::Q8_0: return row_dot_scalar_t<DType::Q8_0>;
     case DType::Q4_K: return row_dot_scalar_t<DType::Q4_K>;
+    case DType::Q5_K: return row_dot_scalar_t<DType::Q5_K>;
     case DType::Q6_K: return row_dot_scalar_t<DType::Q6_K>;
     default: return nullptr;
   }

@@ -153,16 +153,23 @@ float dot_q6_k_row(const void* row, const float* x, int64_t n) {
   return hsum(acc);
 }
 
-// K-quants: decode a super-block with the reference dequantizer, then an AVX2 dot.
+// Q4_K, Q5_K and the Q5 legacy types (the exact path only: 8-bit products use the packed
+// kernels): decode up to 256 elements with the reference dequantizer, then an AVX2 dot.
 template <DType T>
-float dot_kquant_row(const void* row, const float* x, int64_t n) {
-  constexpr int64_t bytes = T == DType::Q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K);
+float dot_decoded_row(const void* row, const float* x, int64_t n) {
+  constexpr bool kSuper = T == DType::Q4_K || T == DType::Q5_K;
+  constexpr int64_t kElems = kSuper ? kQK_K : kQK;
+  constexpr int64_t kBytes = T == DType::Q4_K ? sizeof(BlockQ4_K)
+                             : T == DType::Q5_K ? sizeof(BlockQ5_K)
+                             : T == DType::Q5_0 ? sizeof(BlockQ5_0)
+                                                : sizeof(BlockQ5_1);
   alignas(32) float buf[kQK_K];
   const auto* src = static_cast<const uint8_t*>(row);
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK_K; i++, x += kQK_K) {
-    dequantize_row(T, src + i * bytes, buf, kQK_K);
-    for (int j = 0; j < kQK_K; j += 8) acc = _mm256_fmadd_ps(_mm256_load_ps(buf + j), _mm256_loadu_ps(x + j), acc);
+  for (int64_t i = 0; i < n; i += kQK_K) {
+    const int64_t len = n - i < kQK_K ? n - i : kQK_K;  // a multiple of the block (32 or 256)
+    dequantize_row(T, src + i / kElems * kBytes, buf, len);
+    for (int j = 0; j < len; j += 8) acc = _mm256_fmadd_ps(_mm256_load_ps(buf + j), _mm256_loadu_ps(x + i + j), acc);
   }
   return hsum(acc);
 }
@@ -257,7 +264,10 @@ RowDotFn row_dot_kernel_avx2(DType type) {
     case DType::Q4_0: return dot_q4_0_row;
     case DType::Q4_1: return dot_q4_1_row;
     case DType::Q8_0: return dot_q8_0_row;
-    case DType::Q4_K: return dot_kquant_row<DType::Q4_K>;
+    case DType::Q5_0: return dot_decoded_row<DType::Q5_0>;
+    case DType::Q5_1: return dot_decoded_row<DType::Q5_1>;
+    case DType::Q4_K: return dot_decoded_row<DType::Q4_K>;
+    case DType::Q5_K: return dot_decoded_row<DType::Q5_K>;
     case DType::Q6_K: return dot_q6_k_row;
     default: return nullptr;
   }

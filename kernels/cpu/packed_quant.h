@@ -13,8 +13,11 @@
 //           Q8_0: 8 vectors, vector s = elements 4s..4s+3 as unsigned bytes (w + 128).
 //           Q4_0/Q4_1: 4 vectors, vector c = bytes 4c..4c+3 of qs: low nibbles are elements
 //           4c..4c+3, high nibbles elements 16 + 4c..16 + 4c + 3.
+//           Q5_0/Q5_1: those 4 vectors of low 4 bits, then 1 of fifth bits: bit s of byte k
+//           of lane r is the fifth bit of the element that vector s of the 8 (4 low nibbles,
+//           then 4 high) puts in byte k. Stored values are q (0..31).
 //   d       16 fp16 scales, row order (32 bytes)
-//   m       16 fp16 offsets (Q4_1 only)
+//   m       16 fp16 offsets (Q4_1/Q5_1 only)
 // Units are whole cache lines; with an odd block count the last unit's second half is zero
 // padding (never read). The group is the size of the 16 rows it came from, so decode reads
 // no extra bytes.
@@ -30,6 +33,16 @@
 //           then of its second 16
 //   d       16 fp16 super-block scales
 // The kernel undoes the + 32 per half of 16 with BlockQ8Act::sum_lo.
+//
+// Q4_K/Q5_K go by super-blocks of 256 (8 blocks of 32), one unit each (Q4_K 2368 bytes, 37
+// lines; Q5_K 2880, 45 lines: 64 bytes more than the 16 rows' GGUF bytes, their 6-bit scales
+// stored as bytes):
+//   bits(b0) .. bits(b7) scales(b0) .. scales(b7) d dmin
+//   bits    per block, as Q4_0 (Q4_K) or Q5_0 (Q5_K): the 32 quants q (0..15 or 0..31)
+//   scales  per block, 32 bytes: each row's 6-bit scale sc as a byte (row order), then its min m
+//   d dmin  16 fp16 super-block scales, then 16 fp16 min scales
+// x = (d sc) q - (dmin m): per block and token the kernel adds float(sum q x) (d sc dx) and
+// subtracts (dmin m)(dx sum x); both products d sc and dmin m are exact in float.
 #pragma once
 
 #include <cstddef>
@@ -45,8 +58,15 @@ namespace tandem::cpu {
 constexpr int kPackRows = 16;
 constexpr int kPackMaxTokens = 8;  // tokens per kernel call (one accumulator each)
 
-constexpr int packed_quad_bytes(DType t) { return t == DType::Q8_0 ? 8 * 64 : 4 * 64; }
-constexpr int packed_unit_bytes(DType t) { return 2 * packed_quad_bytes(t) + (t == DType::Q4_1 ? 128 : 64); }
+// Types whose packed quants carry a fifth-bit vector, and whose blocks carry an offset.
+constexpr bool packed_five_bits(DType t) { return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K; }
+constexpr bool packed_has_offset(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
+constexpr bool packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
+
+constexpr int packed_quad_bytes(DType t) {
+  return t == DType::Q8_0 ? 8 * 64 : packed_five_bits(t) ? 5 * 64 : 4 * 64;
+}
+constexpr int packed_unit_bytes(DType t) { return 2 * packed_quad_bytes(t) + (packed_has_offset(t) ? 128 : 64); }
 // Byte offsets of block b's quads, scales and offsets inside a group.
 constexpr size_t packed_quads_at(DType t, int64_t b) {
   return (size_t)(b / 2) * packed_unit_bytes(t) + (size_t)(b % 2) * packed_quad_bytes(t);
@@ -71,6 +91,21 @@ constexpr size_t q6k_scales_at(int64_t b) {
 }
 constexpr size_t q6k_d_at(int64_t sb) {
   return (size_t)(sb / 2) * kQ6KUnitBytes + 2 * kQ6KSuperBits + 512 + (size_t)(sb % 2) * 32;
+}
+
+// Q4_K/Q5_K: byte offsets of block b's quants and scales, and of super-block sb's d (dmin
+// 32 bytes on), in a group.
+constexpr int kquant_unit_bytes(DType t) { return 8 * packed_quad_bytes(t) + 8 * 32 + 64; }
+static_assert(kquant_unit_bytes(DType::Q4_K) == kPackRows * 144 + 64 && kquant_unit_bytes(DType::Q4_K) % 64 == 0);
+static_assert(kquant_unit_bytes(DType::Q5_K) == kPackRows * 176 + 64 && kquant_unit_bytes(DType::Q5_K) % 64 == 0);
+constexpr size_t kquant_bits_at(DType t, int64_t b) {
+  return (size_t)(b / 8) * kquant_unit_bytes(t) + (size_t)(b % 8) * packed_quad_bytes(t);
+}
+constexpr size_t kquant_scales_at(DType t, int64_t b) {
+  return (size_t)(b / 8) * kquant_unit_bytes(t) + 8 * (size_t)packed_quad_bytes(t) + (size_t)(b % 8) * 32;
+}
+constexpr size_t kquant_d_at(DType t, int64_t sb) {
+  return (size_t)sb * kquant_unit_bytes(t) + 8 * (size_t)packed_quad_bytes(t) + 256;
 }
 
 // Zeroed memory for packed weights: 2 MiB aligned and marked for transparent huge pages, so

@@ -7,10 +7,12 @@
 // activation quad is VPMADDUBSW (unsigned x signed byte pairs into int16) then
 // VPMADDWD (pairs into int32). The integer sums equal the scalar twin's
 // exactly, so every float does too:
-// - Q4_0/Q4_1: nibbles (0..15) go straight in; a block's 8 int16 sums stay
+// - Q4_0/Q4_1/Q4_K: nibbles (0..15) go straight in; a block's 8 int16 sums stay
 // under 2^15
 //   (8 x 2 x 15 x 127), so one VPMADDWD a block, and Q4_0's -8 x sum(x) is
 //   added after.
+// - Q5_0/Q5_1/Q5_K: the fifth bit ORed in (0..31); int16 sums over two quads
+//   (4 x 2 x 31 x 127) fit, so one VPMADDWD per two.
 // - Q8_0: stored as w + 128, which VPMADDUBSW would saturate; flipping the top
 // bit gives w,
 //   and |w| times x carrying w's sign (VPSIGNB) is w x with pairs under 2^15 (w
@@ -85,11 +87,42 @@ inline void blocks_by_half(int64_t nb, float* out, int64_t out_stride, int valid
   }
 }
 
+// p[t] = sum over block b's quants (rows 8h..8h+7) times token t's, exact: the unsigned
+// stored values, no shift undone.
+template <bool Five, int NT>
+inline void quad_sums(const uint8_t* quads, int h, const BlockQ8Act* x, int64_t x_stride, int64_t b, __m256i p[NT]) {
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  __m256i hb = _mm256_setzero_si256();
+  if constexpr (Five) hb = load(quads + 256 + 32 * h);
+  __m256i p16[NT];
+  each<NT>([&](auto t) { p16[t] = p[t] = _mm256_setzero_si256(); });
+  for (int c = 0; c < 4; c++) {
+    const __m256i v = load(quads + 64 * c + 32 * h);
+    __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if constexpr (Five) {  // bit c (low nibbles) and 4 + c (high) of the fifth-bit vector to bit 4
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), bit4));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, c), bit4));
+    }
+    each<NT>([&](auto t) {
+      const int8_t* qs = x[t * x_stride + b].qs;
+      const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
+                                         _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
+      p16[t] = _mm256_add_epi16(p16[t], s);
+    });
+    if (!Five ? c == 3 : c % 2 == 1)
+      each<NT>([&](auto t) {
+        p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(p16[t], ones));
+        p16[t] = _mm256_setzero_si256();
+      });
+  }
+}
+
 template <DType T, int NT>
 void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
+  constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
   const int64_t nb = cols / kQK;
-  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8((char)0x80);
+  const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80);
   blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
     const uint8_t* quads = group + packed_quads_at(T, b);
     if constexpr (NT == 1)
@@ -106,31 +139,45 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
         });
       }
     } else {
-      __m256i p16[NT];
-      each<NT>([&](auto t) { p16[t] = _mm256_setzero_si256(); });
-      for (int c = 0; c < 4; c++) {
-        const __m256i v = load(quads + 64 * c + 32 * h);
-        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        each<NT>([&](auto t) {
-          const int8_t* qs = x[t * x_stride + b].qs;
-          const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
-                                             _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
-          p16[t] = _mm256_add_epi16(p16[t], s);
-        });
-      }
-      each<NT>([&](auto t) {
-        p[t] = _mm256_madd_epi16(p16[t], ones);
-        if constexpr (T == DType::Q4_0) p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(-8 * x[t * x_stride + b].sum));
-      });
+      quad_sums<packed_five_bits(T), NT>(quads, h, x, x_stride, b, p);
+      if constexpr (kShift != 0)
+        each<NT>([&](auto t) { p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(-kShift * x[t * x_stride + b].sum)); });
     }
     const __m256 dw = halfs(group + packed_d_at(T, b) + 16 * h);
     __m256 mw;
-    if constexpr (T == DType::Q4_1) mw = halfs(group + packed_m_at(T, b) + 16 * h);
+    if constexpr (packed_has_offset(T)) mw = halfs(group + packed_m_at(T, b) + 16 * h);
     each<NT>([&](auto t) {
       const BlockQ8Act& xb = x[t * x_stride + b];
       __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[t]);
-      if constexpr (T == DType::Q4_1) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), a);
+      if constexpr (packed_has_offset(T)) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), a);
       acc[t] = a;
+    });
+  });
+}
+
+// 8 unsigned bytes as floats.
+inline __m256 u8_floats(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Q4_K/Q5_K: as the AVX-512 kernel (packed_quant_avx512.cpp), 8 rows at a time.
+template <DType T, int NT>
+void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+                 int64_t out_stride, int valid_rows) {
+  constexpr int kBlockBytes = kquant_unit_bytes(T) / 8;  // the group's bytes per block, on average
+  const int64_t nb = cols / kQK;
+  blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
+    if constexpr (NT == 1)
+      if (h == 0) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
+    const uint8_t* dp = group + kquant_d_at(T, b / 8) + 16 * h;
+    const uint8_t* sc = group + kquant_scales_at(T, b) + 8 * h;
+    const __m256 ds = _mm256_mul_ps(halfs(dp), u8_floats(sc)), dm = _mm256_mul_ps(halfs(dp + 32), u8_floats(sc + 16));
+    __m256i p[NT];
+    quad_sums<packed_five_bits(T), NT>(group + kquant_bits_at(T, b), h, x, x_stride, b, p);
+    each<NT>([&](auto t) {
+      const BlockQ8Act& xb = x[t * x_stride + b];
+      const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(ds, _mm256_set1_ps(xb.d)), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(xb.d * (float)xb.sum), a);
     });
   });
 }
@@ -194,48 +241,28 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   });
 }
 
+// The kernel of type T for NT tokens.
+template <DType T, int NT>
+void gemm_t(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
+            int valid_rows) {
+  if constexpr (T == DType::Q6_K) gemm_q6_k<NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  else if constexpr (packed_kquant(T)) gemm_kquant<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  else gemm<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
+}
+
+// 1..8 tokens, each count its own instance (its accumulators in registers).
 template <DType T>
 void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
-    case 1:
-      return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2:
-      return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3:
-      return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4:
-      return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5:
-      return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6:
-      return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7:
-      return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default:
-      return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  }
-}
-
-void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
-                 int64_t out_stride, int valid_rows) {
-  switch (n_tokens) {
-    case 1:
-      return gemm_q6_k<1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2:
-      return gemm_q6_k<2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3:
-      return gemm_q6_k<3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4:
-      return gemm_q6_k<4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5:
-      return gemm_q6_k<5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6:
-      return gemm_q6_k<6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7:
-      return gemm_q6_k<7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default:
-      return gemm_q6_k<8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 1: return gemm_t<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2: return gemm_t<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3: return gemm_t<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4: return gemm_t<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5: return gemm_t<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6: return gemm_t<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7: return gemm_t<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default: return gemm_t<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
   }
 }
 
@@ -243,16 +270,15 @@ void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_
 
 PackedGemmFn packed_gemm_kernel_avx2(DType t) {
   switch (t) {
-    case DType::Q4_0:
-      return gemm_n<DType::Q4_0>;
-    case DType::Q4_1:
-      return gemm_n<DType::Q4_1>;
-    case DType::Q8_0:
-      return gemm_n<DType::Q8_0>;
-    case DType::Q6_K:
-      return gemm_q6_k_n;
-    default:
-      return nullptr;
+    case DType::Q4_0: return gemm_n<DType::Q4_0>;
+    case DType::Q4_1: return gemm_n<DType::Q4_1>;
+    case DType::Q5_0: return gemm_n<DType::Q5_0>;
+    case DType::Q5_1: return gemm_n<DType::Q5_1>;
+    case DType::Q8_0: return gemm_n<DType::Q8_0>;
+    case DType::Q4_K: return gemm_n<DType::Q4_K>;
+    case DType::Q5_K: return gemm_n<DType::Q5_K>;
+    case DType::Q6_K: return gemm_n<DType::Q6_K>;
+    default: return nullptr;
   }
 }
 

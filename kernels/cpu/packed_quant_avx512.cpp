@@ -2,10 +2,10 @@
 // -mavx512f -mavx512bw -mavx512vl -mavx512vnni; chosen only when best_isa() is Avx512.
 //
 // Per block: the group's 8 weight vectors are loaded (Q4: 4 loads, split into low and high
-// nibbles) once and meet each token through 8 VPDPBUSDs whose activation operand is a 4-byte
-// broadcast; one convert and one FMA then scale all 16 rows. The shift that makes weights
-// unsigned (Q4_0 q - 8, Q8_0 w + 128) is undone by starting each token's integer sum at
-// -shift x sum(x), an exact integer.
+// nibbles; Q5: one more load of fifth bits merged in) once and meet each token through 8
+// VPDPBUSDs whose activation operand is a 4-byte broadcast; one convert and one FMA then scale
+// all 16 rows. The shift that makes weights unsigned (Q4_0 q - 8, Q5_0 q - 16, Q8_0 w + 128)
+// is undone by starting each token's integer sum at -shift x sum(x), an exact integer.
 #include "kernels/cpu/packed_quant.h"
 
 #include <cstring>
@@ -36,10 +36,30 @@ inline __m512i quad(const int8_t* qs) {
   return _mm512_set1_epi32(v);
 }
 
+// The 8 weight vectors of one block of 4-bit (Q4) or 5-bit (Q5) quants: vector c < 4 the low
+// nibbles of quads vector c, vector 4 + c its high nibbles, each with bit s of the fifth-bit
+// vector moved to bit 4 (shifts within 16-bit lanes: the bit moved stays in its byte).
+template <bool Five>
+inline void unpack_quads(const uint8_t* quads, __m512i w[8]) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int c = 0; c < 4; c++) {
+    const __m512i v = _mm512_load_si512(quads + 64 * c);
+    w[c] = _mm512_and_si512(v, low);
+    w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  }
+  if constexpr (Five) {
+    const __m512i hb = _mm512_load_si512(quads + 256), bit4 = _mm512_set1_epi8(0x10);
+    for (int c = 0; c < 4; c++) {  // 0xF8: w | (shifted & bit4)
+      w[c] = _mm512_ternarylogic_epi32(w[c], _mm512_slli_epi16(hb, 4 - c), bit4, 0xF8);
+      w[c + 4] = _mm512_ternarylogic_epi32(w[c + 4], _mm512_srli_epi16(hb, c), bit4, 0xF8);
+    }
+  }
+}
+
 template <DType T, int NT>
 void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
           int valid_rows) {
-  constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q8_0 ? 128 : 0;
+  constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : T == DType::Q8_0 ? 128 : 0;
   const int64_t nb = cols / kQK;
   __m512 acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
@@ -52,23 +72,57 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
     if constexpr (T == DType::Q8_0) {
       for (int s = 0; s < 8; s++) w[s] = _mm512_load_si512(quads + 64 * s);
     } else {
-      const __m512i low = _mm512_set1_epi8(0x0F);
-      for (int c = 0; c < 4; c++) {
-        const __m512i v = _mm512_load_si512(quads + 64 * c);
-        w[c] = _mm512_and_si512(v, low);
-        w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-      }
+      unpack_quads<packed_five_bits(T)>(quads, w);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_d_at(T, b))));
     __m512 mw;
-    if constexpr (T == DType::Q4_1)
+    if constexpr (packed_has_offset(T))
       mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_m_at(T, b))));
     for (int t = 0; t < NT; t++) {
       const BlockQ8Act& xb = x[t * x_stride + b];
       __m512i p = kShift ? _mm512_set1_epi32(-kShift * xb.sum) : _mm512_setzero_si512();
       for (int s = 0; s < 8; s++) p = _mm512_dpbusd_epi32(p, w[s], quad(xb.qs + 4 * s));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
-      if constexpr (T == DType::Q4_1) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), acc[t]);
+      if constexpr (packed_has_offset(T)) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), acc[t]);
+    }
+  }
+  const __mmask16 mask = valid_rows >= kPackRows ? (__mmask16)0xFFFF : (__mmask16)((1u << valid_rows) - 1);
+  for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
+}
+
+// Q4_K/Q5_K (layout in packed_quant.h): the quants as Q4_0/Q5_0 (unsigned, no shift); per
+// block the rows' d sc and dmin m (exact floats) are made once for all tokens, and each token
+// adds float(p) (d sc dx) and subtracts (dmin m)(dx sum x).
+template <DType T, int NT>
+void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+                 int64_t out_stride, int valid_rows) {
+  constexpr int kBlockBytes = kquant_unit_bytes(T) / 8;  // the group's bytes per block, on average
+  const int64_t nb = cols / kQK;
+  __m512 acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+  __m512 d = _mm512_setzero_ps(), dmin = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    if constexpr (NT == 1)  // decode: 8 KiB ahead of this block's share of the group
+      for (int line = 0; line < kBlockBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(group) + b * kBlockBytes + kDecodePrefetch + line, _MM_HINT_T1);
+    if (b % 8 == 0) {
+      const uint8_t* dp = group + kquant_d_at(T, b / 8);
+      d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dp)));
+      dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dp + 32)));
+    }
+    __m512i w[8];
+    unpack_quads<packed_five_bits(T)>(group + kquant_bits_at(T, b), w);
+    const uint8_t* sc = group + kquant_scales_at(T, b);
+    const __m512 ds = _mm512_mul_ps(
+        d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
+    const __m512 dm = _mm512_mul_ps(
+        dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
+    for (int t = 0; t < NT; t++) {
+      const BlockQ8Act& xb = x[t * x_stride + b];
+      __m512i p = _mm512_setzero_si512();
+      for (int s = 0; s < 8; s++) p = _mm512_dpbusd_epi32(p, w[s], quad(xb.qs + 4 * s));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ds, _mm512_set1_ps(xb.d)), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xb.d * (float)xb.sum), acc[t]);
     }
   }
   const __mmask16 mask = valid_rows >= kPackRows ? (__mmask16)0xFFFF : (__mmask16)((1u << valid_rows) - 1);
@@ -126,32 +180,28 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
+// The kernel of type T for NT tokens.
+template <DType T, int NT>
+void gemm_t(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
+            int valid_rows) {
+  if constexpr (T == DType::Q6_K) gemm_q6_k<NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  else if constexpr (packed_kquant(T)) gemm_kquant<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
+  else gemm<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
+}
+
+// 1..8 tokens, each count its own instance (its accumulators in registers).
 template <DType T>
 void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
   switch (n_tokens) {
-    case 1: return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  }
-}
-
-void gemm_q6_k_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
-                 int64_t out_stride, int valid_rows) {
-  switch (n_tokens) {
-    case 1: return gemm_q6_k<1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm_q6_k<2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm_q6_k<3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm_q6_k<4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm_q6_k<5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm_q6_k<6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm_q6_k<7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm_q6_k<8>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 1: return gemm_t<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 2: return gemm_t<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 3: return gemm_t<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 4: return gemm_t<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 5: return gemm_t<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 6: return gemm_t<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    case 7: return gemm_t<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
+    default: return gemm_t<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
   }
 }
 
@@ -161,8 +211,12 @@ PackedGemmFn packed_gemm_kernel_avx512(DType t) {
   switch (t) {
     case DType::Q4_0: return gemm_n<DType::Q4_0>;
     case DType::Q4_1: return gemm_n<DType::Q4_1>;
+    case DType::Q5_0: return gemm_n<DType::Q5_0>;
+    case DType::Q5_1: return gemm_n<DType::Q5_1>;
     case DType::Q8_0: return gemm_n<DType::Q8_0>;
-    case DType::Q6_K: return gemm_q6_k_n;
+    case DType::Q4_K: return gemm_n<DType::Q4_K>;
+    case DType::Q5_K: return gemm_n<DType::Q5_K>;
+    case DType::Q6_K: return gemm_n<DType::Q6_K>;
     default: return nullptr;
   }
 }

@@ -18,6 +18,17 @@ struct BlockQ4_1 {  // x = d * q + m
   uint16_t m;
   uint8_t qs[kQK / 2];
 };
+struct BlockQ5_0 {  // x = d * (q - 16), q in 0..31
+  uint16_t d;
+  uint8_t qh[4];  // bit j of the little-endian u32: the fifth bit of element j
+  uint8_t qs[kQK / 2];  // low 4 bits as in Q4_0: element j low nibble, element j+16 high nibble
+};
+struct BlockQ5_1 {  // x = d * q + m, q in 0..31
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
 struct BlockQ8_0 {  // x = d * q
   uint16_t d;
   int8_t qs[kQK];
@@ -27,6 +38,13 @@ struct BlockQ4_K {  // 8 sub-blocks of 32 with 6-bit scales and mins
   uint16_t dmin;
   uint8_t scales[12];
   uint8_t qs[kQK_K / 2];
+};
+struct BlockQ5_K {  // Q4_K's scales plus a fifth bit: x = d * sc * q - dmin * m, q in 0..31
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQK_K / 8];  // bit s of qh[l]: the fifth bit of element l of sub-block s
+  uint8_t qs[kQK_K / 2];  // as Q4_K: sub-blocks 2k and 2k+1 are the low and high nibbles of qs[32k..]
 };
 struct BlockQ6_K {  // 16 sub-blocks of 16 with 8-bit scales; 6-bit quants split in ql (4) + qh (2)
   uint8_t ql[kQK_K / 2];
@@ -38,12 +56,15 @@ struct BlockQ6_K {  // 16 sub-blocks of 16 with 8-bit scales; 6-bit quants split
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 
 // static: each TU (scalar or SIMD-targeted) keeps its own copy, so the linker never mixes them.
-// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K or Q5_K block.
 static inline void q4_k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;

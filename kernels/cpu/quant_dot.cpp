@@ -7,7 +7,13 @@
 
 namespace tandem::cpu {
 
-bool has_quant_dot(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q6_K; }
+bool has_quant_dot(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
 
 void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n) {
   for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
@@ -52,8 +58,38 @@ static float quant_dot_q6_k_scalar(const BlockQ6_K* w, const BlockQ8Act* x, int6
   return acc;
 }
 
+// The fifth bit of element j of a Q5_0/Q5_1 block, as 0 or 16.
+static int q5_high(const uint8_t qh[4], int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; }
+
+// Q4_K/Q5_K against 8-bit activations, sub-block s of each super-block meeting one activation
+// block: acc += (d sc) dx sum(q x) - (dmin m) dx sum(x). d sc and dmin m are exact in float
+// (11-bit by 6-bit), sum(q x) and sum(x) exact integers.
+template <typename Block>
+static float quant_dot_kquant_scalar(const Block* w, const BlockQ8Act* x, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; i++)
+    for (int s = 0; s < 8; s++) {
+      const BlockQ8Act& xb = x[i * 8 + s];
+      const uint8_t* qs = w[i].qs + 32 * (s / 2);
+      int32_t sumi = 0;
+      for (int l = 0; l < 32; l++) {
+        int q = s % 2 ? qs[l] >> 4 : qs[l] & 0xF;
+        if constexpr (sizeof(Block) == sizeof(BlockQ5_K)) q |= ((w[i].qh[l] >> s) & 1) << 4;
+        sumi += q * xb.qs[l];
+      }
+      uint8_t sc, m;
+      q4_k_scale_min(s, w[i].scales, &sc, &m);
+      const float ds = fp16_to_fp32(w[i].d) * (float)sc, dm = fp16_to_fp32(w[i].dmin) * (float)m;
+      acc = std::fma((float)sumi, ds * xb.d, acc);
+      acc = std::fma(-dm, xb.d * (float)xb.sum, acc);
+    }
+  return acc;
+}
+
 float quant_dot_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t n) {
   if (t == DType::Q6_K) return quant_dot_q6_k_scalar(static_cast<const BlockQ6_K*>(row), x, n);
+  if (t == DType::Q4_K) return quant_dot_kquant_scalar(static_cast<const BlockQ4_K*>(row), x, n);
+  if (t == DType::Q5_K) return quant_dot_kquant_scalar(static_cast<const BlockQ5_K*>(row), x, n);
   float acc = 0.0f;
   for (int64_t b = 0; b < n / kQK; b++) {
     int sumi = 0;
@@ -68,6 +104,22 @@ float quant_dot_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t n)
       case DType::Q4_1: {
         const auto& w = static_cast<const BlockQ4_1*>(row)[b];
         for (int j = 0; j < kQK / 2; j++) sumi += (w.qs[j] & 0xF) * x[b].qs[j] + (w.qs[j] >> 4) * x[b].qs[j + kQK / 2];
+        acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi + fp16_to_fp32(w.m) * x[b].s;
+        break;
+      }
+      case DType::Q5_0: {
+        const auto& w = static_cast<const BlockQ5_0*>(row)[b];
+        for (int j = 0; j < kQK / 2; j++)
+          sumi += (((w.qs[j] & 0xF) | q5_high(w.qh, j)) - 16) * x[b].qs[j] +
+                  (((w.qs[j] >> 4) | q5_high(w.qh, j + kQK / 2)) - 16) * x[b].qs[j + kQK / 2];
+        acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi;
+        break;
+      }
+      case DType::Q5_1: {
+        const auto& w = static_cast<const BlockQ5_1*>(row)[b];
+        for (int j = 0; j < kQK / 2; j++)
+          sumi += ((w.qs[j] & 0xF) | q5_high(w.qh, j)) * x[b].qs[j] +
+                  ((w.qs[j] >> 4) | q5_high(w.qh, j + kQK / 2)) * x[b].qs[j + kQK / 2];
         acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi + fp16_to_fp32(w.m) * x[b].s;
         break;
       }
@@ -118,7 +170,11 @@ QuantDotFn quant_dot_kernel(DType t, Isa isa) {
   switch (t) {
     case DType::Q4_0: return quant_dot_scalar_t<DType::Q4_0>;
     case DType::Q4_1: return quant_dot_scalar_t<DType::Q4_1>;
+    case DType::Q5_0: return quant_dot_scalar_t<DType::Q5_0>;
+    case DType::Q5_1: return quant_dot_scalar_t<DType::Q5_1>;
     case DType::Q8_0: return quant_dot_scalar_t<DType::Q8_0>;
+    case DType::Q4_K: return quant_dot_scalar_t<DType::Q4_K>;
+    case DType::Q5_K: return quant_dot_scalar_t<DType::Q5_K>;
     case DType::Q6_K: return quant_dot_scalar_t<DType::Q6_K>;
     default: return nullptr;
   }

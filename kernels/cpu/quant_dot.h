@@ -20,8 +20,9 @@ struct BlockQ8Act {
   int8_t qs[32];
 };
 
-// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q8_0, Q6_K (the four-token
-// kernel: Q4_0, Q4_1, Q8_0).
+// The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+// Q6_K (the four-token kernel: Q4_0, Q4_1, Q8_0). Q5_0, Q5_1, Q4_K and Q5_K have only the
+// scalar row kernel: with AVX2 or AVX-512 their products take the packed kernels.
 bool has_quant_dot(DType weight_type);
 
 // Quantizes n floats (a multiple of 32) into n / 32 blocks.

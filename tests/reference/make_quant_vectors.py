@@ -29,16 +29,23 @@ def blocks(qtype):
     if qtype == Q.BF16:
         f = rng.standard_normal(N).astype(np.float32)
         return (f.view(np.uint32) >> 16).astype(np.uint16).tobytes()
-    for _ in range(N // (256 if qtype in (Q.Q4_K, Q.Q6_K) else 32)):
+    for _ in range(N // (256 if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else 32)):
         if qtype == Q.Q4_0:
             out += f16(rng.uniform(0.01, 0.1)) + rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
         elif qtype == Q.Q4_1:
             out += f16(rng.uniform(0.01, 0.1)) + f16(rng.uniform(-1, 0)) + rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
+        elif qtype == Q.Q5_0:
+            out += f16(rng.uniform(0.01, 0.1)) + rng.integers(0, 256, 20, dtype=np.uint8).tobytes()
+        elif qtype == Q.Q5_1:
+            out += f16(rng.uniform(0.01, 0.1)) + f16(rng.uniform(-1, 0)) + rng.integers(0, 256, 20, dtype=np.uint8).tobytes()
         elif qtype == Q.Q8_0:
             out += f16(rng.uniform(0.001, 0.01)) + rng.integers(-128, 128, 32, dtype=np.int8).tobytes()
         elif qtype == Q.Q4_K:
             out += f16(rng.uniform(0.001, 0.01)) + f16(rng.uniform(0.001, 0.01))
             out += rng.integers(0, 256, 12, dtype=np.uint8).tobytes() + rng.integers(0, 256, 128, dtype=np.uint8).tobytes()
+        elif qtype == Q.Q5_K:
+            out += f16(rng.uniform(0.001, 0.01)) + f16(rng.uniform(0.001, 0.01))
+            out += rng.integers(0, 256, 12 + 32 + 128, dtype=np.uint8).tobytes()
         elif qtype == Q.Q6_K:
             out += rng.integers(0, 256, 128, dtype=np.uint8).tobytes() + rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
             out += rng.integers(-128, 128, 16, dtype=np.int8).tobytes() + f16(rng.uniform(0.0001, 0.001))
@@ -48,7 +55,7 @@ def blocks(qtype):
 def main():
     path = os.path.join(os.path.dirname(__file__), "..", "data", "quant_vectors.bin")
     with open(path, "wb") as f:
-        for qtype in (Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q8_0, Q.Q4_K, Q.Q6_K):
+        for qtype in (Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K):
             raw = blocks(qtype)
             vals = dequantize(np.frombuffer(raw, dtype=np.uint8), qtype).astype(np.float32).reshape(-1)
             assert vals.size == N, (qtype, vals.size)
