@@ -94,6 +94,9 @@ Result<std::vector<bool>> windowed_layers(const GgufFile& f, const std::string& 
   if (const GgufArray* a = f.get_array(key)) {
     if (a->count != (uint64_t)n_layer)
       return make_error("metadata '{}' has {} entries for {} layers", key, a->count, n_layer);
+    const GgufType t = a->elem_type;
+    if (t == GgufType::STRING || t == GgufType::ARRAY || t == GgufType::FLOAT32 || t == GgufType::FLOAT64)
+      return make_error("metadata '{}' must be an array of booleans or integers", key);
     for (int i = 0; i < n_layer; i++) windowed[(size_t)i] = a->integer((uint64_t)i) != 0;
     return windowed;
   }

@@ -94,6 +94,10 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       return make_error("embedding_length {} is not divisible by head_count {}", c.n_embd, c.n_head);
     c.head_dim = c.n_embd / c.n_head;
   }
+  // key_length is independent of embedding_length (Gemma 3: 256 x 4 heads on 640): bound the
+  // products the pass allocates by.
+  if (c.head_dim > 65536 || (int64_t)c.n_head * c.head_dim > (1 << 28))
+    return make_error("attention.key_length {} x head_count {} is out of range", c.head_dim, c.n_head);
   TANDEM_TRY(set(c.rope_dim, optional_int(f, p + "rope.dimension_count", c.head_dim)));
   if (c.n_head % c.n_kv_head != 0)
     return make_error("head_count {} is not a multiple of head_count_kv {}", c.n_head, c.n_kv_head);

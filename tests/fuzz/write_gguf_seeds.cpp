@@ -25,10 +25,14 @@ int main(int argc, char** argv) {
     tandem::DType type;
     int n_embd;
     bool tied;
+    const char* family = "llama";
   };
+  // Every family's layout too, so mutations start from its keys and tensor names.
   for (const Seed& s : {Seed{"f32", tandem::DType::F32, 8, false}, Seed{"f32_tied", tandem::DType::F32, 8, true},
                         Seed{"f16", tandem::DType::F16, 8, false}, Seed{"q8_0", tandem::DType::Q8_0, 32, false},
-                        Seed{"q4_0", tandem::DType::Q4_0, 32, true}}) {
+                        Seed{"q4_0", tandem::DType::Q4_0, 32, true}, Seed{"qwen2", tandem::DType::F32, 8, true, "qwen2"},
+                        Seed{"qwen3", tandem::DType::F32, 8, true, "qwen3"}, Seed{"gemma3", tandem::DType::F32, 8, true, "gemma3"},
+                        Seed{"phi3", tandem::DType::F32, 8, false, "phi3"}, Seed{"granite", tandem::DType::F32, 8, true, "granite"}}) {
     tandem::test::TinyShape shape;
     shape.n_vocab = 12;
     shape.n_embd = s.n_embd;
@@ -39,6 +43,8 @@ int main(int argc, char** argv) {
     shape.n_ctx = 32;
     shape.weight_type = s.type;
     shape.tied = s.tied;
+    shape.family = s.family;
+    if (shape.family == "gemma3") shape.window = 3;
     const auto bytes = tandem::test::tiny_model_bytes(shape);
     auto parsed = tandem::GgufFile::from_bytes(bytes.data(), bytes.size());
     auto model = parsed.ok() ? tandem::Model::from_gguf(std::move(parsed.value())) : parsed.error();
