@@ -455,11 +455,7 @@ std::unique_ptr<Tokenizer> vocab_with(const std::vector<std::string>& specials) 
   Vocab vocab = std::move(v.value());
   for (const std::string& s : specials) {
     if (vocab.find(s) >= 0) continue;
-    vocab.token_to_id[s] = vocab.size();
-    vocab.tokens.push_back(s);
-    vocab.types.push_back(TokenType::Control);
-    vocab.rstrip.push_back(false);
-    if (!vocab.scores.empty()) vocab.scores.push_back(0);
+    vocab.add_token(s, TokenType::Control);
   }
   auto t = Tokenizer::create(std::move(vocab));
   return t.ok() ? std::move(t.value()) : nullptr;
