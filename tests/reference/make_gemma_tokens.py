@@ -91,6 +91,9 @@ CASES = [
     ("[multimodal] and <start_of_image>", False),
     ("<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n", True),
     ("<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n", False),
+    # What the built-in Gemma template renders for a system + user message, after its <bos>
+    # (tests/test_gemma_tokenizer.cpp: ChatPromptFromTheBuiltinTemplate).
+    ("<start_of_turn>user\nYou are terse.\n\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n", True),
     ("<bos>Hello", True),
     ("<bos>Hello", False),
     ("<start_of_turn> spaced <end_of_turn>  x", True),
