@@ -5,11 +5,35 @@
 
 #include "apps/commands.h"
 #include "apps/common.h"
+#include "chat/chat_template.h"
 #include "gguf/gguf_file.h"
 #include "kv/kv_planner.h"
 #include "model/model_config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::apps {
+
+namespace {
+
+// The vocabulary's kind, size and markers, and which chat template `chat`/`serve` would use.
+void print_tokenizer_and_template(const GgufFile& g) {
+  auto tok = Tokenizer::from_gguf(g);
+  if (!tok.ok()) {
+    fmt::print("tokenizer: {}\n", tok.error().message);
+    return;
+  }
+  const Vocab& v = tok.value()->vocab();
+  auto name = [&](int32_t id) { return id >= 0 ? fmt::format("{} {:?}", id, v.tokens[id]) : std::string("none"); };
+  std::string eog;
+  for (int32_t id : v.end_of_generation) eog += (eog.empty() ? "" : ", ") + name(id);
+  fmt::print("tokenizer: {}, {} tokens; BOS {}{}; generation ends at {}\n",
+             v.kind == VocabKind::Spm ? "SentencePiece" : "byte-level BPE", v.size(), name(v.bos),
+             v.add_bos ? " (added)" : "", eog.empty() ? std::string("nothing") : eog);
+  auto tmpl = ChatTemplate::from_gguf(g, v);
+  fmt::print("chat template: {}\n", tmpl.ok() ? tmpl->origin() : tmpl.error().message);
+}
+
+}  // namespace
 
 Command add_info_command(CLI::App& app) {
   struct Args {
@@ -38,6 +62,7 @@ Command add_info_command(CLI::App& app) {
       }
     }
     for (const auto& [name, cb] : by_type) fmt::print("  tensors of {:<5} {:>4}  {}\n", name, cb.first, human_bytes(cb.second));
+    print_tokenizer_and_template(g);
     auto c = ModelConfig::from_gguf(g);
     if (!c.ok()) {
       fmt::print("model: {}\n", c.error().message);

@@ -66,6 +66,7 @@ Command add_template_command(CLI::App& app) {
       tmpl = ChatTemplate::from_source(read_all(in), bos, eos);
     } else {
       tmpl = ChatTemplate::from_gguf(*gguf, tok->vocab());
+      if (tmpl.ok() && tmpl->origin() != "tokenizer.chat_template") fmt::print(stderr, "note: chat template: {}\n", tmpl->origin());
     }
     if (!tmpl.ok()) return fail(tmpl.error().message);
 

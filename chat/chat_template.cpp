@@ -1,7 +1,9 @@
 #include "chat/chat_template.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "chat/builtin_templates.h"
 #include "chat/jinja/interpreter.h"
 #include "chat/jinja/parser.h"
 
@@ -17,9 +19,20 @@ std::string template_head(const std::string& source) {
 Result<ChatTemplate> ChatTemplate::from_gguf(const GgufFile& f, const Vocab& vocab, const TemplateLimits& limits) {
   auto src = f.get_string("tokenizer.chat_template");
   if (!src.ok()) return src.error();
-  if (!src->has_value()) return make_error("this model has no tokenizer.chat_template; use `tandem run` with a raw prompt");
   auto text = [&](int32_t id) { return id >= 0 && id < vocab.size() ? vocab.tokens[id] : std::string(); };
-  return from_source(std::string(**src), text(vocab.bos), text(vocab.eos), limits);
+  if (src->has_value()) {
+    auto t = from_source(std::string(**src), text(vocab.bos), text(vocab.eos), limits);
+    if (t.ok()) t->origin_ = "tokenizer.chat_template";
+    return t;
+  }
+  // No template in the file: the family's own format when its vocabulary says which it is.
+  const auto builtin = builtin_template_for(vocab);
+  if (!builtin)
+    return make_error("this model has no tokenizer.chat_template and tandem has no built-in one for its vocabulary; "
+                      "use `tandem run` with a raw prompt, or a template file (`tandem serve --chat-template-file`)");
+  auto t = from_source(std::string(builtin->source), text(vocab.bos), text(vocab.eos), limits);
+  if (t.ok()) t->origin_ = fmt::format("built-in {} (the file has no tokenizer.chat_template)", builtin->name);
+  return t;
 }
 
 Result<ChatTemplate> ChatTemplate::from_source(const std::string& source, std::string bos_token, std::string eos_token,

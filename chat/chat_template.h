@@ -38,7 +38,9 @@ struct ChatMessage {
 class ChatTemplate {
  public:
   // The special tokens' text comes from the vocabulary. `limits` bound parsing (max_nesting)
-  // and every later render.
+  // and every later render. A file without tokenizer.chat_template gets tandem's built-in
+  // template for its family when its vocabulary identifies one (chat/builtin_templates.h:
+  // Gemma), else an error.
   static Result<ChatTemplate> from_gguf(const GgufFile& f, const Vocab& vocab, const TemplateLimits& limits = {});
   // A syntax error, an unsupported construct or nesting past limits.max_nesting is an error
   // naming the template and the line.
@@ -56,12 +58,16 @@ class ChatTemplate {
                                      const nlohmann::ordered_json* extra = nullptr) const;
 
   const std::string& source() const { return source_; }
+  // Where the template came from: "tokenizer.chat_template", "built-in gemma (...)", or
+  // "source" (from_source).
+  const std::string& origin() const { return origin_; }
   const std::string& bos_token() const { return bos_; }
   const TemplateLimits& limits() const { return limits_; }
   void set_limits(const TemplateLimits& limits) { limits_ = limits; }
 
  private:
   std::string source_, bos_, eos_;
+  std::string origin_ = "source";
   TemplateLimits limits_;
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Node>>> body_;
 };

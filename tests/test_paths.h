@@ -15,6 +15,13 @@ inline std::string default_model_path() {
   return std::string(TANDEM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+// The second bundled model: $TANDEM_GEMMA_MODEL, else models/gemma-3-270m-q4_k_m.gguf
+// (scripts/setup.sh --models all).
+inline std::string gemma_model_path() {
+  if (const char* env = std::getenv("TANDEM_GEMMA_MODEL")) return env;
+  return std::string(TANDEM_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+}
+
 inline bool exists(const std::string& p) { return std::filesystem::exists(p); }
 
 }  // namespace tandem::test

@@ -499,10 +499,7 @@ std::unique_ptr<Tokenizer> tiny_tokenizer(bool add_bos = false) {
   Vocab vocab = std::move(v.value());
   EXPECT_EQ(vocab.size(), kByteC3);
   for (const char* t : {"\xC3\x83", "\xC2\xBF"}) {
-    vocab.token_to_id[t] = vocab.size();
-    vocab.tokens.push_back(t);
-    vocab.types.push_back(TokenType::Normal);
-    vocab.rstrip.push_back(false);
+    vocab.add_token(t, TokenType::Normal);
   }
   if (add_bos) vocab.bos = 0, vocab.add_bos = true;
   auto t = Tokenizer::create(std::move(vocab));

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include "gguf/gguf_file.h"
 #include "test_paths.h"
 #include "test_vocab.h"
+#include "tokenizer/special_trie.h"
+#include "tokenizer/token_index.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -153,6 +156,98 @@ TEST(Tokenizer, RandomBytesNeverBreakIt) {
     vocabs_run++;
   }
   if (vocabs_run == 0) GTEST_SKIP() << "tokenizer vectors not found (../shared is absent)";
+}
+
+TEST(TokenIndex, FindsEveryTokenAndKeepsTheFirstOfDuplicates) {
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 5000; i++) tokens.push_back("tok" + std::to_string(i));
+  tokens.push_back("");
+  tokens.push_back("tok7");  // a duplicate: id 7 keeps the text
+  tokens.push_back(std::string("a\0b", 3));
+  TokenIndex index(tokens);
+  for (int i = 0; i < 5000; i++) ASSERT_EQ(index.find(tokens[i]), i);
+  EXPECT_EQ(index.find(""), 5000);
+  EXPECT_EQ(index.find("tok7"), 7);
+  EXPECT_EQ(index.find(std::string("a\0b", 3)), 5002);
+  EXPECT_EQ(index.find("a"), -1);
+  EXPECT_EQ(index.find("tok5000"), -1);
+  // Growing one token at a time (past several resizes) finds old and new alike.
+  TokenIndex grown;
+  EXPECT_EQ(grown.find("x"), -1);
+  for (int i = 0; i < 3000; i++) grown.insert("w" + std::to_string(i), 2 * i);
+  grown.insert("w5", 1);  // already present: keeps 10
+  for (int i = 0; i < 3000; i++) ASSERT_EQ(grown.find("w" + std::to_string(i)), 2 * i);
+  EXPECT_EQ(grown.find("w3000"), -1);
+}
+
+TEST(SpecialTrie, MarksExactlyTheTokensThatOccur) {
+  const std::vector<std::string_view> texts = {"<unused10>", "<unused1>", "\n\n", "\n", "", "<b>", "ab", "bcd"};
+  SpecialTrie trie(texts);
+  auto occurring = [&](std::string_view text) {
+    std::vector<bool> seen(texts.size(), false);
+    trie.mark_occurring(text, seen);
+    std::string marks;
+    for (bool b : seen) marks += b ? '1' : '0';
+    return marks;
+  };
+  EXPECT_EQ(occurring(""), "00000000");
+  EXPECT_EQ(occurring("<unused10>"), "10000000");  // not "<unused1>": no ">" after its "1"
+  EXPECT_EQ(occurring("x<unused10> <unused1>"), "11000000");
+  EXPECT_EQ(occurring("a\n\n\nb"), "00110000");
+  EXPECT_EQ(occurring("abcd<b"), "00000011");  // overlapping occurrences both count
+  EXPECT_EQ(occurring("<unused"), "00000000");
+}
+
+// A vocabulary built by hand: SentencePiece with byte fallback, for the tokenizer's own rules.
+Vocab spm_vocab(const std::vector<std::pair<std::string, float>>& pieces) {
+  Vocab v;
+  v.kind = VocabKind::Spm;
+  v.add_space_prefix = false;
+  for (int b = 0; b < 256; b++) {
+    v.tokens.push_back(fmt::format("<0x{:02X}>", b));
+    v.scores.push_back(0);
+    v.types.push_back(TokenType::Byte);
+  }
+  for (const auto& [text, score] : pieces) {
+    v.tokens.push_back(text);
+    v.scores.push_back(score);
+    v.types.push_back(TokenType::Normal);
+  }
+  v.rstrip.assign(v.tokens.size(), false);
+  v.token_to_id = TokenIndex(v.tokens);
+  return v;
+}
+
+// Gemma's vocabulary holds ">▁</", a '▁' straight after another character: tandem once read
+// before the token's start there (a crash on load); now such a vocabulary merges across words.
+TEST(Tokenizer, SpmTokenWithASpaceAfterACharacterLoadsAndMerges) {
+  const std::string sp = "\xe2\x96\x81";
+  auto t = Tokenizer::create(spm_vocab({{"a", -1}, {"b", -1}, {sp, -1}, {"a" + sp, -2}, {"a" + sp + "b", -3}, {sp + "b", -4}}));
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const int32_t a_sp_b = t.value()->vocab().find("a" + sp + "b");
+  EXPECT_EQ(t.value()->encode("a b", false, false), std::vector<int32_t>{a_sp_b});
+  EXPECT_EQ(t.value()->decode({a_sp_b}), "a b");
+  // Byte fallback for what no piece spells.
+  EXPECT_EQ(t.value()->encode("\xc3\xa9", false, false), (std::vector<int32_t>{0xc3, 0xa9}));
+}
+
+// Special tokens split the text longest first, whatever their position (as llama.cpp does):
+// "bcd" wins over an earlier "ab"; a token absent from the text changes nothing.
+TEST(Tokenizer, SpecialTokensSplitLongestFirst) {
+  Vocab v = spm_vocab({{"a", -1}, {"b", -1}, {"c", -1}, {"d", -1}});
+  const int32_t ab = v.add_token("ab", TokenType::UserDefined);
+  const int32_t bcd = v.add_token("bcd", TokenType::UserDefined);
+  const int32_t ctl = v.add_token("<ctl>", TokenType::Control);
+  for (int k = 0; k < 500; k++) v.add_token("<unused" + std::to_string(k) + ">", TokenType::Control);
+  auto t = Tokenizer::create(std::move(v));
+  ASSERT_TRUE(t.ok());
+  const Tokenizer& tok = *t.value();
+  const int32_t a = tok.vocab().find("a"), c = tok.vocab().find("c");
+  EXPECT_EQ(tok.encode("abcd", false, false), (std::vector<int32_t>{a, bcd}));
+  EXPECT_EQ(tok.encode("abc", false, false), (std::vector<int32_t>{ab, c}));
+  EXPECT_EQ(tok.encode("ab<ctl>ab", false, true), (std::vector<int32_t>{ab, ctl, ab}));
+  EXPECT_EQ(tok.encode("<unused7>", false, true), std::vector<int32_t>{tok.vocab().find("<unused7>")});
+  EXPECT_GT(tok.encode("<unused7>", false, false).size(), 1u);  // control tokens only when asked
 }
 
 TEST(Utf8, StreamerNeverSplitsACharacter) {

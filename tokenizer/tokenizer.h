@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/rendered_prompt.h"
+#include "tokenizer/special_trie.h"
 #include "tokenizer/vocab.h"
 
 namespace tandem {
@@ -51,6 +52,7 @@ class Tokenizer {
   Vocab vocab_;
   std::unique_ptr<PreTokenizer> pre_;
   std::vector<int32_t> special_tokens_;  // control / user-defined / unknown, longest text first
+  SpecialTrie special_trie_;             // finds which of special_tokens_ (by index) a text holds
   std::vector<std::string> byte_to_unicode_;  // GPT-2 byte-level alphabet (UTF-8 of each byte's stand-in)
   std::vector<int32_t> byte_tokens_;
   // SPM: no token holds a '▁' right after another character, so merges never cross the start

@@ -8,8 +8,17 @@
 namespace tandem {
 
 int32_t Vocab::find(std::string_view text) const {
-  auto it = token_to_id.find(text);
-  return it == token_to_id.end() ? -1 : it->second;
+  return token_to_id.find(text);
+}
+
+int32_t Vocab::add_token(const std::string& text, TokenType type) {
+  const int32_t id = size();
+  tokens.push_back(text);
+  types.push_back(type);
+  if (!scores.empty()) scores.push_back(0);
+  rstrip.push_back(false);
+  token_to_id.insert(text, id);
+  return id;
 }
 
 bool Vocab::is_eog(int32_t id) const {
@@ -36,11 +45,8 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
     return make_error("tokenizer.ggml.tokens is missing or not an array of strings");
   const size_t n = toks->count;
   v.tokens.reserve(n);
-  v.token_to_id.reserve(n);
-  for (size_t i = 0; i < n; i++) {
-    v.tokens.emplace_back(toks->strings[i]);
-    v.token_to_id.emplace(v.tokens.back(), (int32_t)i);  // first occurrence wins on duplicates
-  }
+  for (size_t i = 0; i < n; i++) v.tokens.emplace_back(toks->strings[i]);
+  v.token_to_id = TokenIndex(v.tokens);
   if (const GgufArray* sc = f.get_array("tokenizer.ggml.scores")) {
     if (sc->count != n || sc->strings.size() || sc->arrays.size())
       return make_error("tokenizer.ggml.scores has {} entries for {} tokens", sc->count, n);

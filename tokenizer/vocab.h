@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "tokenizer/token_index.h"
 
 namespace tandem {
 
@@ -34,7 +35,7 @@ struct Vocab {
   // Special tokens that eat the whitespace after them when matched in text. GGUF does not
   // carry Hugging Face's per-token "rstrip"; like llama.cpp, tandem sets it for Phi-3 models.
   std::vector<bool> rstrip;
-  StringMap token_to_id;
+  TokenIndex token_to_id;  // text -> id, first of duplicates
   StringMap merge_rank;  // "left right" -> rank (BPE)
 
   int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;
@@ -47,6 +48,8 @@ struct Vocab {
   int32_t find(std::string_view text) const;  // -1 when absent
   bool is_eog(int32_t id) const;
   bool is_control(int32_t id) const { return types[id] == TokenType::Control; }
+  // Appends a token (tests grow a real vocabulary with another family's markers); its id.
+  int32_t add_token(const std::string& text, TokenType type);
 
   static Result<Vocab> from_gguf(const GgufFile& f);
 };

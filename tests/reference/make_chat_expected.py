@@ -82,6 +82,14 @@ CONVERSATIONS = {
         "messages": [{"role": "user", "content": "Ünïcödé 😀 \"double\" 'single' \\ back\tslash {{ not a tag }}"}]
     },
     "roles_do_not_alternate": {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]},
+    "system_only": {"messages": [{"role": "system", "content": "Be brief."}]},
+    "system_content_parts": {
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Ignored."}]},
+            {"role": "user", "content": "Hi"},
+        ]
+    },
+    "assistant_first": {"messages": [{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Hi"}]},
     "content_parts": {
         "messages": [
             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " Describe this. "}]},
@@ -107,7 +115,13 @@ CONVERSATIONS = {
 # Which conversations each template is rendered with (others may be unsupported by design).
 PLAIN = ["one_user", "system_user", "multi_turn", "system_multi_turn", "unicode_quotes", "roles_do_not_alternate"]
 USES = {name: PLAIN for name in TEMPLATES}
-USES["gemma-3"] = PLAIN + ["content_parts"]
+USES["gemma-3"] = PLAIN + ["content_parts", "system_only", "system_content_parts", "assistant_first"]
+
+# tandem's built-in templates (chat/templates/, for GGUFs without one) and the official
+# template each stands in for: rendered by jinja2, both must give the same text or the same
+# error for every conversation the official one is tested with.
+BUILTINS = {"gemma": "gemma-3"}
+BUILTIN_DIR = os.path.join(HERE, "..", "..", "chat", "templates")
 for name in ("qwen2.5", "llama-3.1", "mistral-instruct-v0.3"):
     USES[name] = PLAIN + ["tool_call"]
 
@@ -160,6 +174,27 @@ def main():
                 except TemplateError as e:
                     case["error"] = str(e)
                 cases.append(case)
+    builtin_cases = []
+    for builtin, official in BUILTINS.items():
+        ours = env.from_string(open(os.path.join(BUILTIN_DIR, builtin + ".jinja"), encoding="utf-8").read())
+        theirs = env.from_string(open(os.path.join(DATA, official + ".jinja"), encoding="utf-8").read())
+        bos, eos = TEMPLATES[official]
+        for conv in USES[official]:
+            c = CONVERSATIONS[conv]
+            for gen in (True, False):
+                ctx = {"messages": c["messages"], "add_generation_prompt": gen, "bos_token": bos, "eos_token": eos}
+                outputs = []
+                for t in (theirs, ours):
+                    try:
+                        outputs.append(("expected", t.render(**ctx)))
+                    except TemplateError as e:
+                        outputs.append(("error", str(e)))
+                if outputs[0] != outputs[1]:
+                    raise SystemExit(f"built-in {builtin} differs from {official} on {conv} (generation prompt {gen}): "
+                                     f"{outputs[1]!r} vs {outputs[0]!r}")
+                builtin_cases.append({"builtin": builtin, "official": official, "conversation": conv,
+                                      "add_generation_prompt": gen, "bos_token": bos, "eos_token": eos,
+                                      "messages": c["messages"], outputs[0][0]: outputs[0][1]})
     snippets = []
     for name, source, ctx in SNIPPETS:
         s = {"name": name, "source": source, "context": ctx}
@@ -170,9 +205,9 @@ def main():
         snippets.append(s)
     with open(os.path.join(DATA, "expected.json"), "w", encoding="utf-8") as f:
         json.dump({"generator": "tests/reference/make_chat_expected.py", "jinja2": jinja2.__version__,
-                   "cases": cases, "snippets": snippets}, f, ensure_ascii=False, indent=1)
+                   "cases": cases, "builtin_cases": builtin_cases, "snippets": snippets}, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    print(f"{len(cases)} template cases, {len(snippets)} snippets -> expected.json")
+    print(f"{len(cases)} template cases, {len(builtin_cases)} built-in template cases, {len(snippets)} snippets -> expected.json")
 
 
 if __name__ == "__main__":
