@@ -118,8 +118,8 @@ TEST(CudaBackend, RmsnormRowsAndHeadsAndResidualMatchCpu) {
     be->run_pass(n, [&] {
       be->rmsnorm(X, W, o1, 1e-5f);
       be->rmsnorm(X, WH, o2, 1e-6f, (int)hd);
-      be->add_residual(X, D, &W, &o3, 1e-5f);
-      be->add_residual(X, D, nullptr, nullptr, 1e-5f);
+      be->add_residual(X, D, &W, &o3, 1e-5f, 1.0f);
+      be->add_residual(X, D, nullptr, nullptr, 1e-5f, 1.0f);
     });
     outs[i++] = {host(*be, o1), host(*be, o2), host(*be, o3), host(*be, X)};
   }
@@ -149,8 +149,8 @@ TEST(CudaBackend, RopeAnglesRopeAndSwigluMatchCpu) {
     Tensor A = be->new_tensor(n, rope_dim), G = be->upload(gate, n, 1536), U = be->upload(up, n, 1536);
     be->run_pass(100, [&] {  // a direct pass
       be->rope_angles(b, inv_freq, rope_dim, A);
-      be->rope(Q, K, A, h, rope_dim);
-      be->swiglu(G, U);
+      be->rope(Q, K, A, h, rope_dim, RopeStyle::AdjacentPairs);
+      be->gated_activation(G, U, GateActivation::Silu);
     });
     outs[i++] = {host(*be, A), host(*be, Q), host(*be, K), host(*be, G)};
   }
@@ -183,7 +183,7 @@ TEST(CudaBackend, MatmulGroupsWithBiasAndEmbedMatchCpu) {
     const Product group[2] = {{&W.value(), &o1, &B}, {&W2.value(), &o2, nullptr}};
     be->run_pass(n, [&] {
       be->matmul(group, X);
-      be->embed(E.value(), b, emb);
+      be->embed(E.value(), b, emb, 1.0f);
     });
     outs[i++] = {host(*be, o1), host(*be, o2), host(*be, emb)};
   }
@@ -319,8 +319,9 @@ void check_attention(CudaBackend& g, const AttnCase& cfg) {
   const std::vector<float> q = randn(nq * qw, 23);
   Tensor GQ = g.upload(q, nq, qw), GO = g.new_tensor(nq, qw);
   Tensor CQ = c.upload(q, nq, qw), CO = c.new_tensor(nq, qw);
-  g.run_pass(nq, [&] { g.attention(GQ, gkv.value(), 0, qb, h, GO); });
-  c.run_pass(nq, [&] { c.attention(CQ, ckv.value(), 0, qb, h, CO); });
+  const AttentionParams ap{1.0f / std::sqrt((float)h.head_dim), 0};
+  g.run_pass(nq, [&] { g.attention(GQ, gkv.value(), 0, qb, h, ap, GO); });
+  c.run_pass(nq, [&] { c.attention(CQ, ckv.value(), 0, qb, h, ap, CO); });
   ASSERT_TRUE(g.error().ok()) << g.error().error().message;
   expect_near(host(g, GO), host(c, CO), 2e-5f, cfg.name);
 }
@@ -372,7 +373,7 @@ TEST(CudaBackend, DecodeGraphReplaysAcrossStepsAndEqualsDirectPasses) {
       ASSERT_EQ(cudaMemcpy(V.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
       be->run_pass(1, [&] {
         be->store_kv(K, V, kv.value(), 0, b);
-        be->attention(Q, kv.value(), 0, b, h, O);
+        be->attention(Q, kv.value(), 0, b, h, AttentionParams{0.125f, 0}, O);
       });
       outs[which].push_back(host(*be, O));
       if (be == &g && pos > 0) {
@@ -400,8 +401,8 @@ TEST(CudaBackend, LogitsOfChosenRowsMatchCpu) {
     auto W = be->prepare_weight({"out", DType::F32, (const uint8_t*)w.data(), vocab, d, (size_t)d * 4}, true);
     ASSERT_TRUE(W.ok());
     Tensor X = be->upload(x, n, d), N = be->upload(norm, 1, d), S = be->new_tensor(n, d), O = be->new_tensor(3, vocab);
-    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O); });  // as a graph
-    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O); });  // replayed
+    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O, LogitsParams{}); });  // as a graph
+    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O, LogitsParams{}); });  // replayed
     outs[i++] = host(*be, O);
   }
   expect_near(outs[1], outs[0], 1e-4f, "logits");

@@ -451,8 +451,9 @@ void CudaBackend::run_graph(const std::function<void()>& body) {
 
 // ---- ops ----
 
-void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out) {
+void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out, float scale) {
   if (failed()) return;
+  if (scale != 1.0f) return fail(make_error("the CUDA backend does not scale embeddings yet"));
   if (!in_pass_) begin_staging();
   const DeviceBatch db = device_batch(b);
   if (record({1, u(table.impl.get()), u(out.data), (uint64_t)out.cols}, &db.shape)) return;
@@ -484,8 +485,10 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& o
   after_launch("rmsnorm", cuda::rmsnorm(f32(x), f32(weight), f32(out), x.rows, x.cols, width, eps, stream_));
 }
 
-void CudaBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) {
+void CudaBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps,
+                               float delta_scale) {
   if (failed()) return;
+  if (delta_scale != 1.0f) return fail(make_error("the CUDA backend does not scale residual branches yet"));
   const float* n = norm ? f32(*norm) : nullptr;
   float* o = norm && out ? f32(*out) : nullptr;
   if (record({4, u(x.data), u(delta.data), u(n), u(o), (uint64_t)x.rows, (uint64_t)x.cols, bits(eps)})) return;
@@ -504,8 +507,10 @@ void CudaBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv
                cuda::rope_angles(db.positions, freq, rope_dim, f32(out), out.cols, db.shape.n_tokens, stream_));
 }
 
-void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) {
+void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim,
+                       RopeStyle style) {
   if (failed()) return;
+  if (style != RopeStyle::AdjacentPairs) return fail(make_error("the CUDA backend does not do NeoX RoPE yet"));
   if (record({6, u(q.data), (uint64_t)q.cols, u(k.data), (uint64_t)k.cols, u(angles.data), (uint64_t)angles.cols,
               (uint64_t)q.rows, (uint64_t)h.n_head, (uint64_t)h.n_kv_head, (uint64_t)h.head_dim, (uint64_t)rope_dim}))
     return;
@@ -513,8 +518,9 @@ void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, c
                                   f32(angles), angles.cols, q.rows, stream_));
 }
 
-void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
+void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) {
   if (failed()) return;
+  if (act != GateActivation::Silu) return fail(make_error("the CUDA backend does not do GELU gates yet"));
   if (record({7, u(gate.data), u(up.data), (uint64_t)gate.rows, (uint64_t)gate.cols})) return;
   after_launch("swiglu", cuda::swiglu(f32(gate), f32(up), gate.rows, gate.cols, stream_));
 }
@@ -550,8 +556,10 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, 
 }
 
 void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
-                            const Tensor& out) {
+                            const AttentionParams& p, const Tensor& out) {
   if (failed()) return;
+  if (p.window > 0 || (p.scale != 0.0f && p.scale != 1.0f / std::sqrt((float)h.head_dim)))
+    return fail(make_error("the CUDA backend does not do attention scales or windows yet"));
   if (mode_ != Mode::Capture)
     if (Status s = check_kv(kv, h.head_dim); !s.ok()) return fail(s);
   if (!in_pass_) begin_staging();
@@ -589,8 +597,9 @@ void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const
 }
 
 void CudaBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
-                         const Tensor& scratch, const Tensor& out) {
+                         const Tensor& scratch, const Tensor& out, const LogitsParams& lp) {
   if (failed() || rows.empty()) return;
+  if (lp.scale != 1.0f || lp.softcap != 0.0f) return fail(make_error("the CUDA backend does not scale logits yet"));
   if (!in_pass_) begin_staging();
   std::vector<int32_t> r32(rows.begin(), rows.end());
   const size_t rows_at = stage(r32.data(), r32.size() * sizeof(int32_t));
