@@ -169,13 +169,13 @@ void BM_QuantizeAct(benchmark::State& st, Isa isa) {
   st.SetItemsProcessed(st.iterations() * kCols);
 }
 
-// One decode token's attention over ctx keys in each of n_layers layers shaped like
-// Llama-3.2-1B's (32 query heads, 8 KV heads of 64), the cache F16 or Q8_0 (the same values,
-// ~0.1). One layer's cache stays in the last-level cache between iterations; 16 layers'
-// (128 MiB of F16 at 4096 keys) stream from memory as a real decode step does. Bytes/s: the K
-// and V bytes read.
-void BM_AttentionDecode(benchmark::State& st, Isa isa, DType kv_type, int n_layers) {
-  const AttentionShape s{32, 8, 64};
+// One decode token's attention over ctx keys in each of n_layers layers of shape s: Llama-3.2-1B's
+// (32 query heads, 8 KV heads of 64), Gemma 3 270M's (4 query heads, 1 KV head of 256) or
+// Phi-3-mini's (32 heads of 96), the cache F16 or Q8_0 (the same values, ~0.1). One layer's
+// cache stays in the last-level cache between iterations; 16 layers' (128 MiB of F16 at 4096
+// keys, Llama's shape) stream from memory as a real decode step does. Bytes/s: the K and V
+// bytes read.
+void BM_AttentionDecode(benchmark::State& st, Isa isa, DType kv_type, int n_layers, AttentionShape s) {
   const int64_t ctx = st.range(0), n = ctx * s.n_kv_head * s.head_dim;
   std::vector<float> q(s.n_head * s.head_dim, 0.1f), out(q.size());
   std::vector<float> rows(n);
@@ -243,8 +243,12 @@ int register_all() {
     benchmark::RegisterBenchmark(("quantize_act" + at).c_str(), BM_QuantizeAct, isa);
     for (DType kv : {DType::F16, DType::Q8_0}) {
       const std::string name = "attention_decode/" + std::string(dtype_name(kv)) + at;
-      benchmark::RegisterBenchmark(name.c_str(), BM_AttentionDecode, isa, kv, 1)->Arg(512)->Arg(4096);
-      benchmark::RegisterBenchmark((name + "/16_layers").c_str(), BM_AttentionDecode, isa, kv, 16)->Arg(4096);
+      const AttentionShape llama{32, 8, 64}, gemma3{4, 1, 256}, phi3{32, 32, 96};
+      benchmark::RegisterBenchmark(name.c_str(), BM_AttentionDecode, isa, kv, 1, llama)->Arg(512)->Arg(4096);
+      benchmark::RegisterBenchmark((name + "/16_layers").c_str(), BM_AttentionDecode, isa, kv, 16, llama)->Arg(4096);
+      benchmark::RegisterBenchmark((name + "/gemma3_hd256").c_str(), BM_AttentionDecode, isa, kv, 1, gemma3)
+          ->Arg(512)->Arg(4096);
+      benchmark::RegisterBenchmark((name + "/phi3_hd96").c_str(), BM_AttentionDecode, isa, kv, 1, phi3)->Arg(512)->Arg(4096);
     }
     benchmark::RegisterBenchmark(("quantize_kv_row/Q8_0" + at).c_str(), BM_QuantizeKvRow, isa);
   }

@@ -1,8 +1,10 @@
-// The CUDA backend op by op against the CPU backend on random data: norms, the residual add,
-// RoPE, SwiGLU, products with bias, the K,V store (f32, f16, GGML q8_0 bytes), paged attention
-// over shuffled blocks (decode split-K, prefill tiles, a mixed batch, GQA, head_dim 64/128,
-// every cache type), logits, graph replay; and the host-side batch staging, which runs
-// without a GPU. Each GPU test skips, saying why, where there is no GPU.
+// The CUDA backend op by op against the CPU backend on random data: norms (in place, per
+// head), the residual add (scaled), RoPE (adjacent pairs and NeoX halves), SwiGLU and GeGLU,
+// products with bias, scaled embeddings, the K,V store (f32, f16, GGML q8_0 bytes), paged
+// attention over shuffled blocks (decode split-K, prefill tiles, a mixed batch, GQA, head_dim
+// 64/96/128/256, every cache type, a score scale, sliding windows), logits (scaled,
+// soft-capped), graph replay and that a new parameter captures a new graph; and the host-side
+// batch staging, which runs without a GPU. Each GPU test skips, saying why, where there is no GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +33,13 @@ std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = nd(rng);
   return v;
+}
+
+// Host floats into a device tensor, in stream order with the backend's kernels (a copy on
+// another stream could overtake a kernel still reading the tensor).
+void to_device(CudaBackend& be, const Tensor& t, const std::vector<float>& v) {
+  ASSERT_EQ(cudaMemcpyAsync(t.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice, be.stream()), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(be.stream()), cudaSuccess);
 }
 
 std::vector<float> host(Backend& be, const Tensor& t) {
@@ -114,26 +123,33 @@ TEST(CudaBackend, RmsnormRowsAndHeadsAndResidualMatchCpu) {
   int i = 0;
   for (Backend* be : {(Backend*)&c, (Backend*)&g}) {
     Tensor X = be->upload(x, n, d), D = be->upload(dx, n, d), W = be->upload(w, 1, d), WH = be->upload(wh, 1, hd);
-    Tensor o1 = be->new_tensor(n, d), o2 = be->new_tensor(n, d), o3 = be->new_tensor(n, d);
+    Tensor o1 = be->new_tensor(n, d), o2 = be->new_tensor(n, d), o3 = be->new_tensor(n, d), o4 = be->new_tensor(n, d);
+    Tensor P = be->upload(x, n, d), PH = be->upload(dx, n, d);  // normed in place
     be->run_pass(n, [&] {
       be->rmsnorm(X, W, o1, 1e-5f);
       be->rmsnorm(X, WH, o2, 1e-6f, (int)hd);
-      be->add_residual(X, D, &W, &o3, 1e-5f);
-      be->add_residual(X, D, nullptr, nullptr, 1e-5f);
+      be->rmsnorm(P, W, P, 1e-5f);              // Gemma's post-branch norms
+      be->rmsnorm(PH, WH, PH, 1e-6f, (int)hd);  // QK-norm
+      be->add_residual(X, D, &W, &o3, 1e-5f, 1.0f);
+      be->add_residual(X, D, nullptr, nullptr, 1e-5f, 1.0f);
+      be->add_residual(X, D, &W, &o4, 1e-5f, 0.22f);  // Granite's residual_scale
+      be->add_residual(X, D, nullptr, nullptr, 1e-5f, -1.5f);
     });
-    outs[i++] = {host(*be, o1), host(*be, o2), host(*be, o3), host(*be, X)};
+    outs[i++] = {host(*be, o1), host(*be, o2), host(*be, o3), host(*be, X), host(*be, P), host(*be, PH), host(*be, o4)};
   }
   expect_near(outs[1][0], outs[0][0], 1e-6f, "rmsnorm");
   expect_near(outs[1][1], outs[0][1], 1e-6f, "per-head rmsnorm");
   expect_near(outs[1][2], outs[0][2], 1e-6f, "fused residual + norm");
-  expect_near(outs[1][3], outs[0][3], 0.0f, "residual twice");
+  expect_near(outs[1][3], outs[0][3], 0.0f, "residual four times, two of them scaled");
+  expect_near(outs[1][4], outs[0][4], 1e-6f, "rmsnorm in place");
+  expect_near(outs[1][5], outs[0][5], 1e-6f, "per-head rmsnorm in place");
+  expect_near(outs[1][6], outs[0][6], 1e-6f, "scaled residual + norm");
+  // In place is the same as into another tensor.
+  expect_near(outs[1][4], outs[1][0], 0.0f, "in place vs out of place");
 }
 
-TEST(CudaBackend, RopeAnglesRopeAndSwigluMatchCpu) {
-  NEED_GPU(g);
+void check_rope_and_gate(CudaBackend& g, const HeadShape h, int rope_dim, RopeStyle style, GateActivation act) {
   CpuBackend c = cpu_reference();
-  const HeadShape h{9, 3, 64};
-  const int rope_dim = 64;
   ForwardBatch b(4096);
   const std::vector<int32_t> table = {0}, toks = {1, 2, 3};
   ASSERT_TRUE(b.add_sequence(toks, 3000, table, ForwardBatch::Logits::Last).ok());  // large angles
@@ -149,15 +165,53 @@ TEST(CudaBackend, RopeAnglesRopeAndSwigluMatchCpu) {
     Tensor A = be->new_tensor(n, rope_dim), G = be->upload(gate, n, 1536), U = be->upload(up, n, 1536);
     be->run_pass(100, [&] {  // a direct pass
       be->rope_angles(b, inv_freq, rope_dim, A);
-      be->rope(Q, K, A, h, rope_dim);
-      be->swiglu(G, U);
+      be->rope(Q, K, A, h, rope_dim, style);
+      be->gated_activation(G, U, act);
     });
     outs[i++] = {host(*be, A), host(*be, Q), host(*be, K), host(*be, G)};
   }
   expect_near(outs[1][0], outs[0][0], 1e-7f, "rope angles");
   expect_near(outs[1][1], outs[0][1], 1e-6f, "rope q");
   expect_near(outs[1][2], outs[0][2], 1e-6f, "rope k");
-  expect_near(outs[1][3], outs[0][3], 1e-5f, "swiglu");
+  // The dims past rope_dim are left as they were.
+  if (rope_dim < h.head_dim)
+    for (int hh = 0; hh < h.n_head; hh++)
+      for (int d = rope_dim; d < h.head_dim; d++)
+        EXPECT_EQ(outs[1][1][(size_t)(hh * h.head_dim + d)], q[(size_t)(hh * h.head_dim + d)]);
+  expect_near(outs[1][3], outs[0][3], 1e-5f, act == GateActivation::Silu ? "swiglu" : "geglu (gelu tanh)");
+  // A rotation keeps each pair's length; NeoX and adjacent pairs rotate different pairs.
+  if (style == RopeStyle::NeoxHalves) {
+    const int half = rope_dim / 2;
+    for (int d = 0; d < half; d++) {
+      const float a = q[(size_t)d], b = q[(size_t)(d + half)], ra = outs[1][1][(size_t)d], rb = outs[1][1][(size_t)(d + half)];
+      EXPECT_NEAR(ra * ra + rb * rb, a * a + b * b, 1e-4f * (1 + a * a + b * b)) << "neox pair " << d;
+    }
+  }
+}
+
+TEST(CudaBackend, RopeAnglesRopeAndSwigluMatchCpu) {
+  NEED_GPU(g);
+  check_rope_and_gate(g, HeadShape{9, 3, 64}, 64, RopeStyle::AdjacentPairs, GateActivation::Silu);
+}
+
+TEST(CudaBackend, NeoxRopeAndGeluGateMatchCpu) {
+  NEED_GPU(g);
+  {
+    SCOPED_TRACE("Gemma 3 shape: NeoX halves over head_dim 256, GELU-tanh gate");
+    check_rope_and_gate(g, HeadShape{4, 1, 256}, 256, RopeStyle::NeoxHalves, GateActivation::GeluTanh);
+  }
+  {
+    SCOPED_TRACE("Qwen shape: NeoX halves, head_dim 64, SiLU gate");
+    check_rope_and_gate(g, HeadShape{14, 2, 64}, 64, RopeStyle::NeoxHalves, GateActivation::Silu);
+  }
+  {
+    SCOPED_TRACE("partial rotary: NeoX over 32 of 96 dims");
+    check_rope_and_gate(g, HeadShape{6, 2, 96}, 32, RopeStyle::NeoxHalves, GateActivation::GeluTanh);
+  }
+  {
+    SCOPED_TRACE("partial rotary: adjacent pairs over 32 of 64 dims");
+    check_rope_and_gate(g, HeadShape{4, 4, 64}, 32, RopeStyle::AdjacentPairs, GateActivation::Silu);
+  }
 }
 
 TEST(CudaBackend, MatmulGroupsWithBiasAndEmbedMatchCpu) {
@@ -180,16 +234,22 @@ TEST(CudaBackend, MatmulGroupsWithBiasAndEmbedMatchCpu) {
     ASSERT_TRUE(W.ok() && W2.ok() && E.ok());
     Tensor X = be->upload(x, n, cols), B = be->upload(bias, 1, rows);
     Tensor o1 = be->new_tensor(n, rows), o2 = be->new_tensor(n, rows), emb = be->new_tensor(4, cols);
+    Tensor scaled = be->new_tensor(4, cols), scaled_graph = be->new_tensor(4, cols);
     const Product group[2] = {{&W.value(), &o1, &B}, {&W2.value(), &o2, nullptr}};
     be->run_pass(n, [&] {
       be->matmul(group, X);
-      be->embed(E.value(), b, emb);
+      be->embed(E.value(), b, emb, 1.0f);
+      be->embed(E.value(), b, scaled, std::sqrt(640.0f));  // Gemma 3 270M's sqrt(n_embd)
     });
-    outs[i++] = {host(*be, o1), host(*be, o2), host(*be, emb)};
+    be->run_pass(1, [&] { be->embed(E.value(), b, scaled_graph, 12.0f); });  // Granite's, in a graph
+    outs[i++] = {host(*be, o1), host(*be, o2), host(*be, emb), host(*be, scaled), host(*be, scaled_graph)};
   }
   expect_near(outs[1][0], outs[0][0], 1e-4f, "product + bias");
   expect_near(outs[1][1], outs[0][1], 1e-4f, "second product of the group");
   expect_near(outs[1][2], outs[0][2], 0.0f, "f16 embedding rows");
+  expect_near(outs[1][3], outs[0][3], 0.0f, "scaled f16 embedding rows");
+  expect_near(outs[1][4], outs[0][4], 0.0f, "scaled f16 embedding rows (graph)");
+  EXPECT_NE(outs[1][3][0], outs[1][2][0]) << "the scale was applied";
 }
 
 // ---- K,V store and attention ----
@@ -264,11 +324,32 @@ TEST(CudaBackend, StoreKvWritesTheCpuBytesForEveryDtype) {
   }
 }
 
+TEST(CudaBackend, QuantizedEmbeddingScaledMatchesCpu) {
+  NEED_GPU(g);
+  CpuBackend c = cpu_reference();
+  const int64_t rows = 64, cols = 256;
+  const std::vector<float> w = randn(rows * cols, 18);
+  const std::vector<uint8_t> q8 = q8_0_bytes(w.data(), rows * cols);
+  ForwardBatch b(64);
+  ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{9, 0, 63}, 0, std::vector<int32_t>{0}, ForwardBatch::Logits::Last).ok());
+  std::vector<float> outs[2];
+  int i = 0;
+  for (Backend* be : {(Backend*)&c, (Backend*)&g}) {
+    auto E = be->prepare_weight({"e", DType::Q8_0, q8.data(), rows, cols, (size_t)cols / 32 * 34}, false);
+    ASSERT_TRUE(E.ok()) << E.error().message;
+    Tensor emb = be->new_tensor(3, cols);
+    be->run_pass(3, [&] { be->embed(E.value(), b, emb, 25.298221f); });
+    outs[i++] = host(*be, emb);
+  }
+  expect_near(outs[1], outs[0], 0.0f, "scaled q8_0 embedding rows");
+}
+
 struct AttnCase {
   const char* name;
   HeadShape h;
   DType dtype;
   std::vector<std::pair<int64_t, int64_t>> queries;  // per sequence: first position, count
+  AttentionParams p = {};                            // scale 0: 1 / sqrt(head_dim)
 };
 
 // Fills every sequence's cache up to its last query position on both backends (the GPU's in
@@ -319,10 +400,19 @@ void check_attention(CudaBackend& g, const AttnCase& cfg) {
   const std::vector<float> q = randn(nq * qw, 23);
   Tensor GQ = g.upload(q, nq, qw), GO = g.new_tensor(nq, qw);
   Tensor CQ = c.upload(q, nq, qw), CO = c.new_tensor(nq, qw);
-  g.run_pass(nq, [&] { g.attention(GQ, gkv.value(), 0, qb, h, GO); });
-  c.run_pass(nq, [&] { c.attention(CQ, ckv.value(), 0, qb, h, CO); });
+  const AttentionParams ap{cfg.p.scale != 0.0f ? cfg.p.scale : 1.0f / std::sqrt((float)h.head_dim), cfg.p.window};
+  g.run_pass(nq, [&] { g.attention(GQ, gkv.value(), 0, qb, h, ap, GO); });
+  c.run_pass(nq, [&] { c.attention(CQ, ckv.value(), 0, qb, h, ap, CO); });
   ASSERT_TRUE(g.error().ok()) << g.error().error().message;
   expect_near(host(g, GO), host(c, CO), 2e-5f, cfg.name);
+  if (cfg.p.window <= 0) return;
+  // The window matters here: the same queries without it give other outputs.
+  Tensor GW = g.new_tensor(nq, qw);
+  g.run_pass(nq, [&] { g.attention(GQ, gkv.value(), 0, qb, h, AttentionParams{ap.scale, 0}, GW); });
+  const std::vector<float> windowed = host(g, GO), full = host(g, GW);
+  float most = 0;
+  for (size_t i = 0; i < full.size(); i++) most = std::max(most, std::fabs(full[i] - windowed[i]));
+  EXPECT_GT(most, 1e-3f) << cfg.name << ": the window changed nothing";
 }
 
 TEST(CudaBackend, AttentionMatchesCpuOverPagedBlocks) {
@@ -342,6 +432,115 @@ TEST(CudaBackend, AttentionMatchesCpuOverPagedBlocks) {
       check_attention(g, a);
     }
   }
+}
+
+// Gemma 3's shapes (head_dim 256, one KV head, 512-key windows on local layers), Phi-3's
+// head_dim 96, a score scale that is not 1 / sqrt(head_dim) (Granite, Gemma 3 27B), and
+// windows that cut through decode slices, prefill tiles and a mixed batch.
+TEST(CudaBackend, AttentionWithScaleWindowAndWideHeadsMatchesCpu) {
+  NEED_GPU(g);
+  const HeadShape gemma{4, 1, 256}, phi{8, 8, 96}, smol{9, 3, 64};
+  for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {
+    const std::vector<AttnCase> cases = {
+        {"head_dim 256: decode, split-K", gemma, dt, {{900, 1}}},
+        {"head_dim 256: prefill chunk", gemma, dt, {{40, 37}}},
+        {"head_dim 256: decode inside a 512-key window", gemma, dt, {{1300, 1}}, {0, 512}},
+        {"head_dim 256: prefill across a window's edge", gemma, dt, {{500, 40}}, {0, 512}},
+        {"head_dim 96: decode and prefill", phi, dt, {{300, 1}, {7, 20}}},
+        {"scale 1/8 on head_dim 64 (Granite-like)", smol, dt, {{130, 1}, {0, 19}}, {0.125f, 0}},
+        {"small window: decode, split-K slices partly outside it", smol, dt, {{700, 1}}, {0, 100}},
+        {"small window: prefill tile whose rows see different keys", smol, dt, {{30, 45}}, {0, 7}},
+        {"window and scale: mixed batch", smol, dt, {{5, 1}, {60, 20}, {260, 1}}, {0.3f, 33}},
+        {"window of 1: each query sees itself", smol, dt, {{12, 5}, {90, 1}}, {0, 1}},
+    };
+    for (const AttnCase& a : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + a.name);
+      check_attention(g, a);
+    }
+  }
+}
+
+// A decode graph replays only for the same parameters: a pass that differs in the attention
+// window or scale, the RoPE style, the gate, or a scale of the embedding, the residual or the
+// logits captures its own graph, and each gives what a direct pass gives.
+TEST(CudaBackend, GraphSignatureIncludesEveryParameter) {
+  auto made = CudaBackend::create();
+  if (!made.ok()) GTEST_SKIP() << "no GPU here: " << made.error().message;
+  CudaBackendOptions no_graphs;
+  no_graphs.graphs = false;
+  auto direct_made = CudaBackend::create(no_graphs);
+  ASSERT_TRUE(direct_made.ok());
+  CudaBackend& g = *made.value();
+  CudaBackend& d = *direct_made.value();
+  const HeadShape h{4, 2, 64};
+  const int bt = 16, qw = 4 * 64, kvw = 2 * 64, vocab = 100, rope_dim = 64;
+  const std::vector<int32_t> table = {3, 1, 2, 0};
+  const std::vector<float> w = randn(vocab * qw, 40, 0.2f), wn = randn(qw, 41);
+  std::vector<double> inv_freq(rope_dim / 2);
+  for (int i = 0; i < rope_dim / 2; i++) inv_freq[(size_t)i] = std::pow(10000.0, -2.0 * i / rope_dim);
+  struct Variant {
+    const char* name;
+    AttentionParams ap;
+    RopeStyle rope;
+    GateActivation act;
+    float embed, residual;
+    LogitsParams lp;
+  };
+  const std::vector<Variant> variants = {
+      {"base", {0.125f, 0}, RopeStyle::AdjacentPairs, GateActivation::Silu, 1.0f, 1.0f, {}},
+      {"window", {0.125f, 9}, RopeStyle::AdjacentPairs, GateActivation::Silu, 1.0f, 1.0f, {}},
+      {"scale", {0.3f, 0}, RopeStyle::AdjacentPairs, GateActivation::Silu, 1.0f, 1.0f, {}},
+      {"neox", {0.125f, 0}, RopeStyle::NeoxHalves, GateActivation::Silu, 1.0f, 1.0f, {}},
+      {"gelu", {0.125f, 0}, RopeStyle::AdjacentPairs, GateActivation::GeluTanh, 1.0f, 1.0f, {}},
+      {"embed scale", {0.125f, 0}, RopeStyle::AdjacentPairs, GateActivation::Silu, 3.0f, 1.0f, {}},
+      {"residual scale", {0.125f, 0}, RopeStyle::AdjacentPairs, GateActivation::Silu, 1.0f, 0.5f, {}},
+      {"logit scale", {0.125f, 0}, RopeStyle::AdjacentPairs, GateActivation::Silu, 1.0f, 1.0f, {0.25f, 0}},
+      {"logit softcap", {0.125f, 0}, RopeStyle::AdjacentPairs, GateActivation::Silu, 1.0f, 1.0f, {1.0f, 2.0f}},
+  };
+  std::vector<std::vector<float>> outs[2];
+  int which = 0;
+  for (CudaBackend* be : {&g, &d}) {
+    auto kv = be->new_kv_store(DType::F16, 1, bt, 4, kv_row_bytes(DType::F16, 2, 64).value());
+    auto W = be->prepare_weight({"out", DType::F32, (const uint8_t*)w.data(), vocab, qw, (size_t)qw * 4}, true);
+    auto E = be->prepare_weight({"e", DType::F32, (const uint8_t*)w.data(), vocab, qw, (size_t)qw * 4}, false);
+    ASSERT_TRUE(kv.ok() && W.ok() && E.ok());
+    Tensor X = be->new_tensor(1, qw), Q = be->new_tensor(1, qw), K = be->new_tensor(1, kvw), V = be->new_tensor(1, kvw),
+           O = be->new_tensor(1, qw), A = be->new_tensor(1, rope_dim), N = be->upload(wn, 1, qw),
+           S = be->new_tensor(1, qw), L = be->new_tensor(1, vocab);
+    const int64_t steps = 24;
+    for (const Variant& v : variants) {
+      to_device(*be, Q, std::vector<float>(qw, 0.0f));  // each variant from the same start
+      for (int64_t pos = 0; pos < steps; pos++) {  // the cache is rewritten by each variant
+        ForwardBatch b(bt);
+        ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{(int32_t)(pos * 7 % vocab)}, pos, table, ForwardBatch::Logits::Last).ok());
+        const std::vector<float> k = randn(kvw, 200 + (uint32_t)pos), val = randn(kvw, 300 + (uint32_t)pos);
+        to_device(*be, K, k);
+        to_device(*be, V, val);
+        be->run_pass(1, [&] {
+          be->embed(E.value(), b, X, v.embed);
+          be->rope_angles(b, inv_freq, rope_dim, A);
+          be->add_residual(Q, X, nullptr, nullptr, 1e-5f, v.residual);  // Q accumulates the embeddings
+          be->rope(Q, K, A, h, rope_dim, v.rope);
+          be->store_kv(K, V, kv.value(), 0, b);
+          be->attention(Q, kv.value(), 0, b, h, v.ap, O);
+          be->gated_activation(O, X, v.act);
+          be->logits(O, std::vector<int64_t>{0}, N, 1e-5f, W.value(), S, L, v.lp);
+        });
+      }
+      outs[which].push_back(host(*be, L));
+      outs[which].push_back(host(*be, Q));
+    }
+    which++;
+  }
+  ASSERT_TRUE(g.error().ok()) << g.error().error().message;
+  ASSERT_TRUE(d.error().ok()) << d.error().error().message;
+  EXPECT_EQ(g.graphs_captured(), (int64_t)variants.size()) << "each variant captures one graph and replays it";
+  for (size_t i = 0; i < outs[0].size(); i++) {
+    SCOPED_TRACE(variants[i / 2].name);
+    expect_near(outs[0][i], outs[1][i], 0.0f, "graph vs direct");
+  }
+  // And every variant changed something: each parameter reached the kernels.
+  for (size_t i = 1; i < variants.size(); i++) EXPECT_NE(outs[0][2 * i], outs[0][0]) << variants[i].name;
 }
 
 TEST(CudaBackend, DecodeGraphReplaysAcrossStepsAndEqualsDirectPasses) {
@@ -367,12 +566,12 @@ TEST(CudaBackend, DecodeGraphReplaysAcrossStepsAndEqualsDirectPasses) {
       ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{1}, pos, table, ForwardBatch::Logits::Last).ok());
       const std::vector<float> q = randn(qw, 100 + (uint32_t)pos), k = randn(kvw, 200 + (uint32_t)pos),
                                v = randn(kvw, 300 + (uint32_t)pos);
-      ASSERT_EQ(cudaMemcpy(Q.data, q.data(), q.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(K.data, k.data(), k.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(V.data, v.data(), v.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      to_device(*be, Q, q);
+      to_device(*be, K, k);
+      to_device(*be, V, v);
       be->run_pass(1, [&] {
         be->store_kv(K, V, kv.value(), 0, b);
-        be->attention(Q, kv.value(), 0, b, h, O);
+        be->attention(Q, kv.value(), 0, b, h, AttentionParams{0.125f, 0}, O);
       });
       outs[which].push_back(host(*be, O));
       if (be == &g && pos > 0) {
@@ -394,17 +593,32 @@ TEST(CudaBackend, LogitsOfChosenRowsMatchCpu) {
   const int64_t n = 6, d = 64, vocab = 200;
   const std::vector<float> x = randn(n * d, 31), norm = randn(d, 32), w = randn(vocab * d, 33, 0.2f);
   const std::vector<int64_t> rows = {5, 1, 3};
-  std::vector<float> outs[2];
+  const LogitsParams granite{1.0f / 8.0f, 0.0f}, gemma{1.0f, 3.0f}, both{2.0f, 5.0f};
+  std::vector<float> outs[2][4];
   int i = 0;
   for (Backend* be : {(Backend*)&c, (Backend*)&g}) {
     auto W = be->prepare_weight({"out", DType::F32, (const uint8_t*)w.data(), vocab, d, (size_t)d * 4}, true);
     ASSERT_TRUE(W.ok());
     Tensor X = be->upload(x, n, d), N = be->upload(norm, 1, d), S = be->new_tensor(n, d), O = be->new_tensor(3, vocab);
-    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O); });  // as a graph
-    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O); });  // replayed
-    outs[i++] = host(*be, O);
+    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O, LogitsParams{}); });  // as a graph
+    be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O, LogitsParams{}); });  // replayed
+    outs[i][0] = host(*be, O);
+    int j = 1;
+    for (const LogitsParams& lp : {granite, gemma, both}) {
+      be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O, lp); });
+      be->run_pass(1, [&] { be->logits(X, rows, N, 1e-5f, W.value(), S, O, lp); });
+      outs[i][j++] = host(*be, O);
+    }
+    i++;
   }
-  expect_near(outs[1], outs[0], 1e-4f, "logits");
+  expect_near(outs[1][0], outs[0][0], 1e-4f, "logits");
+  expect_near(outs[1][1], outs[0][1], 1e-4f, "logits scaled");
+  expect_near(outs[1][2], outs[0][2], 1e-4f, "logits soft-capped");
+  expect_near(outs[1][3], outs[0][3], 1e-4f, "logits scaled and soft-capped");
+  float most = 0;
+  for (float v : outs[1][2]) most = std::max(most, std::fabs(v));
+  EXPECT_LE(most, 3.0f) << "the soft-cap bounds the logits";
+  EXPECT_GT(most, 1.0f) << "the logits reach into the cap's curve";
 }
 
 TEST(CudaBackend, MemoryErrorsNameTheBytes) {

@@ -513,7 +513,7 @@ TEST(Kernels, SiluMulMatchesScalarAtEveryIsa) {
 }
 
 // Attention against a direct evaluation of softmax(q k^T / sqrt(d)) v with GQA, for head sizes
-// the AVX-512 kernel takes (64, 128) and one it leaves to the generic path (8), F32 and F16
+// the SIMD kernels take (64, 96, 128, 256) and one they leave to the generic path (8), F32 and F16
 // caches, and more keys than one 16-lane vector. Rows past one key segment (256 keys) merge
 // their segments: rows on both sides of the boundary, three segments, and few rows (decode's
 // items split by segment over threads) as well as many (a row's segments on one thread).
@@ -526,7 +526,7 @@ TEST(Kernels, AttentionMatchesDirectFormula) {
     int64_t n_ctx, pos0, n_q;
   };
   for (const Rows rs : {Rows{40, 21, 19}, Rows{280, 250, 19}, Rows{600, 580, 19}, Rows{600, 500, 3}})
-    for (int hd : {8, 64, 128})
+    for (int hd : {8, 64, 96, 128, 256})
       for (DType kv_type : {DType::F32, DType::F16}) {
         const AttentionShape s{6, 2, hd};
         const int64_t n_ctx = rs.n_ctx, pos0 = rs.pos0, n_q = rs.n_q, kvd = 2 * hd, qd = 6 * hd;
@@ -696,7 +696,7 @@ TEST(Kernels, Q8_0AxpyEqualsF32AxpyOfDequantizedEveryIsa) {
 }
 
 // Attention over a Q8_0 K/V cache: against a float64 evaluation on the dequantized values,
-// for head sizes the SIMD kernels take (64, 128) and ones the generic path takes (32, 96), GQA
+// for head sizes the SIMD kernels take (64, 96, 128, 256) and one the generic path takes (32), GQA
 // (3 and 4 query heads per KV head), rows on both sides of the 256-key segment boundary, few
 // rows (decode) and many (prefill), on every ISA level. Bit for bit: each row alone equals the
 // rows together (decode == prefill), the paged cache (blocks out of order) equals the
@@ -711,7 +711,7 @@ TEST(Kernels, AttentionOverQ8_0CacheEveryIsa) {
     int n_head, n_kv_head;
   };
   for (const Case c : {Case{40, 21, 19, 6, 2}, Case{300, 250, 19, 8, 2}, Case{600, 500, 3, 6, 2}, Case{600, 598, 2, 8, 2}})
-    for (int hd : {32, 64, 96, 128}) {
+    for (int hd : {32, 64, 96, 128, 256}) {
       const AttentionShape s{c.n_head, c.n_kv_head, hd};
       const int group = c.n_head / c.n_kv_head;
       const int64_t kvd = (int64_t)c.n_kv_head * hd, qd = (int64_t)c.n_head * hd, n_q = c.n_q, pos0 = c.pos0;
@@ -746,7 +746,7 @@ TEST(Kernels, AttentionOverQ8_0CacheEveryIsa) {
         attention(q.data(), kq.data(), vq.data(), DType::Q8_0, n_q, pos0, s, out.data(), kern);
         attention(q.data(), kd.data(), vd.data(), DType::F32, n_q, pos0, s, as_f32.data(), kern);
         attention_paged(q.data(), n_q, pos.data(), seq.data(), &view, DType::Q8_0, s, paged.data(), kern);
-        const bool widened_in_kernel = isa == Isa::Scalar || hd == 64 || hd == 128;
+        const bool widened_in_kernel = isa == Isa::Scalar || hd != 32;
         for (int64_t j = 0; j < n_q * qd; j++) {
           ASSERT_EQ(paged[j], out[j]) << "paged, " << at;
           if (widened_in_kernel) {
@@ -770,6 +770,111 @@ TEST(Kernels, AttentionOverQ8_0CacheEveryIsa) {
             for (int j = 0; j < hd; j++) {
               double o = 0;
               for (int64_t t = 0; t <= pos0 + i; t++) o += sc[t] / sum * vd[t * kvd + kvh * hd + j];
+              ASSERT_NEAR(out[i * qd + h * hd + j], o, 2e-5) << at << " row " << i << " head " << h;
+            }
+          }
+        }
+      }
+    }
+}
+
+// The SIMD levels take every head size the supported families use (Llama/Qwen 64 and 128,
+// Phi-3 96, Gemma 3 256) for every cache type; others go to the generic path.
+TEST(Kernels, SimdAttentionTakesEveryFamilysHeadSize) {
+  for (Isa isa : supported_isas()) {
+    if (isa == Isa::Scalar) continue;
+    for (DType kv : {DType::F32, DType::F16, DType::Q8_0}) {
+      for (int hd : {64, 96, 128, 256}) {
+        const AttendHeadsFn f = isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv, hd) : attend_heads_kernel_avx2(kv, hd);
+        EXPECT_NE(f, nullptr) << isa_name(isa) << " " << dtype_name(kv) << " head_dim " << hd;
+      }
+      for (int hd : {8, 32, 80, 192}) {
+        const AttendHeadsFn f = isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv, hd) : attend_heads_kernel_avx2(kv, hd);
+        EXPECT_EQ(f, nullptr) << isa_name(isa) << " " << dtype_name(kv) << " head_dim " << hd;
+      }
+    }
+  }
+}
+
+// Gemma 3's local layers (head_dim 256, one KV head for 4 query heads, a sliding window) and a
+// Phi-3-sized head (96), with a score scale that is not 1 / sqrt(head_dim), on every level and
+// cache type: against a float64 evaluation over each row's window, and bit for bit a row alone
+// equals the rows together (decode == prefill) and the paged cache equals the contiguous one.
+// Windows of 300 keys span two 256-key segments; rows before the window fills see them all.
+TEST(Kernels, WindowedAttentionOnWideHeadsEveryIsa) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  struct Case {
+    int64_t n_ctx, pos0, n_q, window;
+    int n_head, n_kv_head, hd;
+  };
+  for (const Case c : {Case{700, 660, 19, 300, 4, 1, 256}, Case{700, 690, 2, 300, 4, 1, 256},
+                       Case{200, 150, 40, 64, 4, 1, 256}, Case{650, 600, 3, 520, 6, 2, 96}, Case{90, 0, 40, 17, 6, 2, 96}})
+    for (DType kv_type : {DType::F32, DType::F16, DType::Q8_0}) {
+      const AttentionShape s{c.n_head, c.n_kv_head, c.hd, 0.0625f, c.window};
+      const int group = c.n_head / c.n_kv_head, hd = c.hd;
+      const int64_t kvd = (int64_t)c.n_kv_head * hd, qd = (int64_t)c.n_head * hd, n_q = c.n_q, pos0 = c.pos0;
+      std::vector<float> k(c.n_ctx * kvd), v(c.n_ctx * kvd), q(n_q * qd);
+      for (auto* vec : {&k, &v, &q})
+        for (auto& e : *vec) e = nd(rng);
+      // The cache's bytes, and the floats they hold (what the reference multiplies).
+      std::vector<uint8_t> kb, vb;
+      if (kv_type == DType::Q8_0) {
+        kb = quantize_q8_0_with(quantize_q8_0_scalar, k), vb = quantize_q8_0_with(quantize_q8_0_scalar, v);
+        ASSERT_TRUE(dequantize_row(DType::Q8_0, kb.data(), k.data(), (int64_t)k.size()));
+        ASSERT_TRUE(dequantize_row(DType::Q8_0, vb.data(), v.data(), (int64_t)v.size()));
+      } else if (kv_type == DType::F16) {
+        kb.resize(k.size() * 2), vb.resize(v.size() * 2);
+        for (size_t j = 0; j < k.size(); j++) {
+          const uint16_t hk = fp32_to_fp16(k[j]), hv = fp32_to_fp16(v[j]);
+          std::memcpy(&kb[j * 2], &hk, 2), std::memcpy(&vb[j * 2], &hv, 2);
+          k[j] = fp16_to_fp32(hk), v[j] = fp16_to_fp32(hv);
+        }
+      } else {
+        kb.resize(k.size() * 4), vb.resize(v.size() * 4);
+        std::memcpy(kb.data(), k.data(), kb.size()), std::memcpy(vb.data(), v.data(), vb.size());
+      }
+      const int bt = 16;
+      const int64_t n_blocks = (c.n_ctx + bt - 1) / bt;
+      const size_t row = kb.size() / (size_t)c.n_ctx;
+      std::vector<uint8_t> pool((size_t)n_blocks * 2 * bt * row);
+      std::vector<int32_t> table(n_blocks);
+      for (int64_t b = 0; b < n_blocks; b++) table[b] = (int32_t)((b * 7) % n_blocks);  // 7 is prime to every count here
+      for (int64_t t = 0; t < c.n_ctx; t++) {
+        uint8_t* at = pool.data() + (size_t)table[t / bt] * 2 * bt * row + (size_t)(t % bt) * row;
+        std::memcpy(at, kb.data() + t * row, row);
+        std::memcpy(at + bt * row, vb.data() + t * row, row);
+      }
+      const PagedKvView view{pool.data(), 2 * bt * row, 0, bt * row, row, bt, table.data()};
+      std::vector<int64_t> pos(n_q);
+      std::vector<int> seq(n_q, 0);
+      for (int64_t i = 0; i < n_q; i++) pos[i] = pos0 + i;
+      for (Isa isa : supported_isas()) {
+        const auto kern = CpuKernels::for_isa(isa);
+        const std::string at = std::string(isa_name(isa)) + " " + std::string(dtype_name(kv_type)) + " head_dim " +
+                               std::to_string(hd) + " window " + std::to_string(c.window) + " pos0 " + std::to_string(pos0);
+        std::vector<float> out(n_q * qd), paged(n_q * qd), one(qd);
+        attention(q.data(), kb.data(), vb.data(), kv_type, n_q, pos0, s, out.data(), kern);
+        attention_paged(q.data(), n_q, pos.data(), seq.data(), &view, kv_type, s, paged.data(), kern);
+        for (int64_t j = 0; j < n_q * qd; j++) ASSERT_EQ(paged[j], out[j]) << "paged, " << at;
+        for (int64_t i = 0; i < n_q; i++) {
+          attention(q.data() + i * qd, kb.data(), vb.data(), kv_type, 1, pos0 + i, s, one.data(), kern);
+          for (int64_t j = 0; j < qd; j++) ASSERT_EQ(one[j], out[i * qd + j]) << "row " << i << " alone, " << at;
+          const int64_t p = pos0 + i, lo = p >= c.window ? p - c.window + 1 : 0;
+          for (int h = 0; h < c.n_head; h++) {
+            const int kvh = h / group;
+            std::vector<double> sc(p - lo + 1);
+            double mx = -1e30, sum = 0;
+            for (int64_t t = lo; t <= p; t++) {
+              double d = 0;
+              for (int j = 0; j < hd; j++) d += (double)q[i * qd + h * hd + j] * k[t * kvd + kvh * hd + j];
+              sc[t - lo] = d * 0.0625;
+              mx = std::max(mx, sc[t - lo]);
+            }
+            for (auto& e : sc) sum += (e = std::exp(e - mx));
+            for (int j = 0; j < hd; j++) {
+              double o = 0;
+              for (int64_t t = lo; t <= p; t++) o += sc[t - lo] / sum * v[t * kvd + kvh * hd + j];
               ASSERT_NEAR(out[i * qd + h * hd + j], o, 2e-5) << at << " row " << i << " head " << h;
             }
           }

@@ -4,12 +4,15 @@
 //            the slices by their softmax statistics.
 //   prefill: a block per (tile of query rows of one sequence, query head), over every key tile
 //            up to the tile's last position (flash attention: online softmax, no score matrix).
+// With a sliding window (a.window > 0) a row at position p sees keys [p - window + 1, p]: the
+// block starts at its rows' first visible key, and each row masks what lies outside its own.
 // Inside a block, 4 warps share each tile of 32 keys (K and V widened to float in shared
 // memory); a warp owns up to 4 query rows, a lane one key of the tile for the scores and
 // head_dim / 32 output dims. Every length is read from device memory (positions, tables), so
 // a captured decode graph stays valid as the context grows.
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <cmath>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -83,12 +86,19 @@ __global__ void __launch_bounds__(kWarps * 32) attend_kernel(AttentionArgs a, bo
   auto head_of = [&](int r) { return head0 + head_step * r; };
 
   const int32_t* table = a.tables + (int64_t)a.seq_ids[tok0] * a.table_stride;
-  int max_pos = 0;
-  for (int r = 0; r < n_rows; r++) max_pos = max(max_pos, a.positions[token_of(r)]);
-  int k_begin = 0, k_end = max_pos + 1;
-  if (decode) {
-    const int per = ((k_end + n_split - 1) / n_split + kKeys - 1) / kKeys * kKeys;
-    k_begin = min(k_end, split * per);
+  // A row at position p sees keys [first_key(p), p].
+  auto first_key = [&](int p) { return a.window > 0 && p >= a.window ? p - a.window + 1 : 0; };
+  int max_pos = 0, min_first = INT_MAX;
+  for (int r = 0; r < n_rows; r++) {
+    const int p = a.positions[token_of(r)];
+    max_pos = max(max_pos, p);
+    min_first = min(min_first, first_key(p));
+  }
+  int k_begin = n_rows > 0 ? min_first : 0, k_end = max_pos + 1;
+  if (decode) {  // one token: its keys [k_begin, k_end) in n_split slices of whole tiles
+    const int n_keys = k_end - k_begin;
+    const int per = ((n_keys + n_split - 1) / n_split + kKeys - 1) / kKeys * kKeys;
+    k_begin = min(k_end, k_begin + split * per);
     k_end = min(k_end, k_begin + per);
   }
 
@@ -96,18 +106,19 @@ __global__ void __launch_bounds__(kWarps * 32) attend_kernel(AttentionArgs a, bo
     const int r = i / hd, d = i % hd;
     qs[i] = a.q[token_of(r) * q_stride + (int64_t)head_of(r) * hd + d];
   }
-  int pos[kRowsPerWarp];
+  int pos[kRowsPerWarp], first[kRowsPerWarp];
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DV];
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; j++) {
     const int r = warp + kWarps * j;
     pos[j] = r < n_rows ? a.positions[token_of(r)] : -1;
+    first[j] = first_key(pos[j]);
     m[j] = -INFINITY;
     l[j] = 0.0f;
 #pragma unroll
     for (int dv = 0; dv < DV; dv++) o[j][dv] = 0.0f;
   }
-  const float scale = 1.0f / sqrtf((float)hd);
+  const float scale = a.scale;
   const size_t hb = head_bytes(KVT, hd) * kvh;
 
   for (int kt = k_begin; kt < k_end; kt += kKeys) {
@@ -130,7 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32) attend_kernel(AttentionArgs a, bo
       const int r = warp + kWarps * j;
       if (r >= n_rows) continue;  // warp-uniform
       const int t = kt + lane;
-      const bool valid = t < k_end && t <= pos[j];
+      const bool valid = t < k_end && t <= pos[j] && t >= first[j];
       float s = -INFINITY;
       if (valid) {
         const float* qr = qs + r * hd;

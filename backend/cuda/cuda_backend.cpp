@@ -451,12 +451,12 @@ void CudaBackend::run_graph(const std::function<void()>& body) {
 
 // ---- ops ----
 
-void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out) {
+void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out, float scale) {
   if (failed()) return;
   if (!in_pass_) begin_staging();
   const DeviceBatch db = device_batch(b);
-  if (record({1, u(table.impl.get()), u(out.data), (uint64_t)out.cols}, &db.shape)) return;
-  cuda::embed(device_weight(table), db.tokens, db.shape.n_tokens, f32(out), stream_);
+  if (record({1, u(table.impl.get()), u(out.data), (uint64_t)out.cols, bits(scale)}, &db.shape)) return;
+  cuda::embed(device_weight(table), db.tokens, db.shape.n_tokens, f32(out), scale, stream_);
   after_launch("embed");
 }
 
@@ -484,12 +484,16 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& o
   after_launch("rmsnorm", cuda::rmsnorm(f32(x), f32(weight), f32(out), x.rows, x.cols, width, eps, stream_));
 }
 
-void CudaBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) {
+void CudaBackend::add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps,
+                               float delta_scale) {
   if (failed()) return;
   const float* n = norm ? f32(*norm) : nullptr;
   float* o = norm && out ? f32(*out) : nullptr;
-  if (record({4, u(x.data), u(delta.data), u(n), u(o), (uint64_t)x.rows, (uint64_t)x.cols, bits(eps)})) return;
-  after_launch("add_residual", cuda::add_residual(f32(x), f32(delta), o ? n : nullptr, o, x.rows, x.cols, eps, stream_));
+  if (record({4, u(x.data), u(delta.data), u(n), u(o), (uint64_t)x.rows, (uint64_t)x.cols, bits(eps),
+              bits(delta_scale)}))
+    return;
+  after_launch("add_residual", cuda::add_residual(f32(x), f32(delta), delta_scale, o ? n : nullptr, o, x.rows, x.cols,
+                                                  eps, stream_));
 }
 
 void CudaBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim,
@@ -504,19 +508,24 @@ void CudaBackend::rope_angles(const ForwardBatch& b, std::span<const double> inv
                cuda::rope_angles(db.positions, freq, rope_dim, f32(out), out.cols, db.shape.n_tokens, stream_));
 }
 
-void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) {
+void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim,
+                       RopeStyle style) {
   if (failed()) return;
+  const bool neox = style == RopeStyle::NeoxHalves;
   if (record({6, u(q.data), (uint64_t)q.cols, u(k.data), (uint64_t)k.cols, u(angles.data), (uint64_t)angles.cols,
-              (uint64_t)q.rows, (uint64_t)h.n_head, (uint64_t)h.n_kv_head, (uint64_t)h.head_dim, (uint64_t)rope_dim}))
+              (uint64_t)q.rows, (uint64_t)h.n_head, (uint64_t)h.n_kv_head, (uint64_t)h.head_dim, (uint64_t)rope_dim,
+              (uint64_t)neox}))
     return;
-  after_launch("rope", cuda::rope(f32(q), q.cols, h.n_head, f32(k), k.cols, h.n_kv_head, h.head_dim, rope_dim,
+  after_launch("rope", cuda::rope(f32(q), q.cols, h.n_head, f32(k), k.cols, h.n_kv_head, h.head_dim, rope_dim, neox,
                                   f32(angles), angles.cols, q.rows, stream_));
 }
 
-void CudaBackend::swiglu(const Tensor& gate, const Tensor& up) {
+void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) {
   if (failed()) return;
-  if (record({7, u(gate.data), u(up.data), (uint64_t)gate.rows, (uint64_t)gate.cols})) return;
-  after_launch("swiglu", cuda::swiglu(f32(gate), f32(up), gate.rows, gate.cols, stream_));
+  const int code = act == GateActivation::GeluTanh ? cuda::kGateGeluTanh : cuda::kGateSilu;
+  if (record({7, u(gate.data), u(up.data), (uint64_t)gate.rows, (uint64_t)gate.cols, (uint64_t)code})) return;
+  after_launch("gated_activation",
+               cuda::gated_activation(f32(gate), f32(up), gate.rows, gate.cols, code, stream_));
 }
 
 Status CudaBackend::check_kv(const KvStore& kv, int head_dim) {
@@ -550,7 +559,7 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, 
 }
 
 void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
-                            const Tensor& out) {
+                            const AttentionParams& p, const Tensor& out) {
   if (failed()) return;
   if (mode_ != Mode::Capture)
     if (Status s = check_kv(kv, h.head_dim); !s.ok()) return fail(s);
@@ -570,6 +579,10 @@ void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const
   a.n_head = h.n_head;
   a.n_kv_head = h.n_kv_head;
   a.head_dim = h.head_dim;
+  // 0: the usual 1 / sqrt(head_dim), as the CPU's kernels read it.
+  a.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt((float)h.head_dim);
+  // Positions are int32: a window wider than any of them is no window.
+  a.window = p.window > 0 && p.window < std::numeric_limits<int32_t>::max() ? (int)p.window : 0;
   const bool decode = db.shape.decode();
   const int n_split = decode ? cuda::decode_splits(a.n_tokens, h.n_head, h.n_kv_head, sm_count_) : 1;
   float* scratch = nullptr;
@@ -581,7 +594,7 @@ void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const
   if (mode_ == Mode::Capture) scratch = attn_scratch_;
   if (record({9, u(q.data), u(out.data), u(kv.data), (uint64_t)a.kv.kv_dtype, a.kv.block_bytes, a.kv.k_offset,
               a.kv.v_offset, a.kv.row_bytes, (uint64_t)a.kv.block_tokens, (uint64_t)h.n_head, (uint64_t)h.n_kv_head,
-              (uint64_t)h.head_dim, (uint64_t)n_split},
+              (uint64_t)h.head_dim, (uint64_t)n_split, bits(a.scale), (uint64_t)a.window},
              &db.shape))
     return;
   const int k = decode ? cuda::attention_decode(a, n_split, scratch, stream_) : cuda::attention_prefill(a, stream_);
@@ -589,7 +602,7 @@ void CudaBackend::attention(const Tensor& q, const KvStore& kv, int layer, const
 }
 
 void CudaBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
-                         const Tensor& scratch, const Tensor& out) {
+                         const Tensor& scratch, const Tensor& out, const LogitsParams& lp) {
   if (failed() || rows.empty()) return;
   if (!in_pass_) begin_staging();
   std::vector<int32_t> r32(rows.begin(), rows.end());
@@ -603,6 +616,10 @@ void CudaBackend::logits(const Tensor& x, std::span<const int64_t> rows, const T
   const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
   const Product p{&w, &out};
   matmul({&p, 1}, normed);
+  if (failed() || (lp.scale == 1.0f && lp.softcap <= 0.0f)) return;
+  const int64_t n = (int64_t)rows.size() * out.cols;
+  if (record({11, u(out.data), (uint64_t)n, bits(lp.scale), bits(lp.softcap)})) return;
+  after_launch("logits scale", cuda::scale_softcap(f32(out), n, lp.scale, lp.softcap, stream_));
 }
 
 }  // namespace tandem

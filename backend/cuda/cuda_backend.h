@@ -52,18 +52,20 @@ class CudaBackend final : public Backend {
   Result<Tensor> prepare_vector(const WeightSource& src) override;
 
   void run_pass(int64_t n_tokens, const std::function<void()>& body) override;
-  void embed(const Weight& table, const ForwardBatch& b, const Tensor& out) override;
+  void embed(const Weight& table, const ForwardBatch& b, const Tensor& out, float scale) override;
   void matmul(std::span<const Product> group, const Tensor& in) override;
   void rmsnorm(const Tensor& x, const Tensor& weight, const Tensor& out, float eps, int head_dim = 0) override;
-  void add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps) override;
+  void add_residual(const Tensor& x, const Tensor& delta, const Tensor* norm, const Tensor* out, float eps,
+                    float delta_scale) override;
   void rope_angles(const ForwardBatch& b, std::span<const double> inv_freq, int rope_dim, const Tensor& out) override;
-  void rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim) override;
-  void swiglu(const Tensor& gate, const Tensor& up) override;
+  void rope(const Tensor& q, const Tensor& k, const Tensor& angles, const HeadShape& h, int rope_dim,
+            RopeStyle style) override;
+  void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) override;
   void store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, int layer, const ForwardBatch& b) override;
   void attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
-                 const Tensor& out) override;
+                 const AttentionParams& p, const Tensor& out) override;
   void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
-              const Tensor& scratch, const Tensor& out) override;
+              const Tensor& scratch, const Tensor& out, const LogitsParams& p) override;
 
   // The first CUDA failure since creation (Ok when none): ops cannot return one themselves.
   Status error() const { return error_; }

@@ -67,11 +67,11 @@ void matmul(const DeviceWeight& w, const float* in, int64_t n, float* out, const
   matmul_prepared(w, in, n, out, bias, ws, stream);
 }
 
-void embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, cudaStream_t stream) {
+void embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream) {
   if (n <= 0) return;
   if (!matmul_supported(w.type))
     matmul_contract_violation(fmt::format("embed: no kernel for weight type {}", dtype_name(w.type)));
-  launch_embed(weight_view(w.type, w.rows, w.cols, w.data), tokens, n, out, stream);
+  launch_embed(weight_view(w.type, w.rows, w.cols, w.data), tokens, n, out, scale, stream);
 }
 
 }  // namespace tandem::cuda

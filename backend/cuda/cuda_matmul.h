@@ -58,7 +58,8 @@ class MatmulWorkspace {
 void matmul(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias, MatmulWorkspace& ws,
             cudaStream_t stream);
 
-// out [n, w.cols] = rows tokens[0..n) of w, dequantized to F32 (tokens: device memory).
-void embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, cudaStream_t stream);
+// out [n, w.cols] = rows tokens[0..n) of w, dequantized to F32, times scale (tokens: device
+// memory; scale 1 leaves the rows as decoded).
+void embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -34,6 +34,6 @@ void launch_add_bias(float* out, const float* bias, int64_t n, int64_t rows, cud
 
 // ---- cuda_matmul_embed.cu ----
 // out [n, w.cols] = rows tokens[0..n) of w as F32 (a row of NaN for an id outside the table).
-void launch_embed(const WeightView& w, const int32_t* tokens, int64_t n, float* out, cudaStream_t stream);
+void launch_embed(const WeightView& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream);
 
 }  // namespace tandem::cuda

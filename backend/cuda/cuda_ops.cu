@@ -1,5 +1,5 @@
 // The element-wise and per-row kernels of the CUDA backend: norms (fused with the residual
-// add), RoPE, SwiGLU, the K,V store. Compiled with --fmad=false so each product and sum rounds
+// add), RoPE, the gated activations, the logits' scale and soft-cap, the K,V store. Compiled with --fmad=false so each product and sum rounds
 // as the CPU's scalar code (kernels/cpu/ops.cpp) rounds it: these ops give the CPU's floats.
 #include <cuda_fp16.h>
 
@@ -52,11 +52,12 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int64
   norm_row(x + at, w, out + at, width, eps);
 }
 
-__global__ void add_residual_kernel(float* x, const float* delta, const float* norm, float* out, int64_t cols,
-                                    float eps) {
+// delta * 1.0f is delta: one formula gives both of the CPU's (add, and add scaled).
+__global__ void add_residual_kernel(float* x, const float* delta, float delta_scale, const float* norm, float* out,
+                                    int64_t cols, float eps) {
   float* xr = x + (int64_t)blockIdx.x * cols;
   const float* dr = delta + (int64_t)blockIdx.x * cols;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xr[i] += dr[i];
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xr[i] += delta_scale * dr[i];
   if (!norm) return;
   // Each thread reads back only the elements it wrote itself.
   norm_row(xr, norm, out + (int64_t)blockIdx.x * cols, cols, eps);
@@ -79,7 +80,7 @@ __global__ void rope_angles_kernel(const int32_t* positions, const double* inv_f
 }
 
 __global__ void rope_kernel(float* q, int64_t q_cols, int n_head, float* k, int64_t k_cols, int n_kv_head,
-                            int head_dim, int half, const float* angles, int64_t angle_cols) {
+                            int head_dim, int half, bool neox, const float* angles, int64_t angle_cols) {
   const int64_t t = blockIdx.x;
   const float* cs = angles + t * angle_cols;
   const int per_q = n_head * half, total = (n_head + n_kv_head) * half;
@@ -87,19 +88,46 @@ __global__ void rope_kernel(float* q, int64_t q_cols, int n_head, float* k, int6
     const bool is_q = w < per_q;
     const int r = is_q ? w : w - per_q;
     const int h = r / half, i = r % half;
-    float* v = (is_q ? q + t * q_cols : k + t * k_cols) + (int64_t)h * head_dim + 2 * i;
+    // The pair's two elements: adjacent (2i, 2i + 1) or NeoX's halves (i, i + half).
+    float* v = (is_q ? q + t * q_cols : k + t * k_cols) + (int64_t)h * head_dim + (neox ? i : 2 * i);
+    const int other = neox ? half : 1;
     const float c = cs[2 * i], s = cs[2 * i + 1];
-    const float a = v[0], b = v[1];
+    const float a = v[0], b = v[other];
     v[0] = a * c - b * s;
-    v[1] = a * s + b * c;
+    v[other] = a * s + b * c;
   }
 }
 
-__global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+// GELU's tanh form 0.5 g (1 + tanh(u)) = g * sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3),
+// in the CPU vector kernels' order (ops_avx512.cpp: g^3 as (g g) g, one fused multiply-add
+// for u) and their stable sigmoid: e = exp(-|z|) <= 1, sigmoid(z) = (z < 0 ? e : 1) / (1 + e).
+__device__ float gelu_tanh(float g) {
+  constexpr float kTwoSqrt2OverPi = 2.0f * 0.7978845608028654f;
+  const float g3 = g * g * g;
+  const float z = kTwoSqrt2OverPi * __fmaf_rn(0.044715f, g3, g);
+  const float e = expf(-fabsf(z));
+  return g * ((z < 0.0f ? e : 1.0f) / (1.0f + e));
+}
+
+__global__ void gated_activation_kernel(float* gate, const float* up, int64_t n, int act) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = (act == kGateGeluTanh ? gelu_tanh(g) : g / (1.0f + expf(-g))) * up[i];
   }
+}
+
+__global__ void scale_softcap_kernel(float* y, int64_t n, float scale, float softcap) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float v = y[i];
+    if (scale != 1.0f) v *= scale;
+    if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+    y[i] = v;
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return (unsigned)(blocks < 65536 ? blocks : 65536);
 }
 
 // blockIdx.x: token; blockIdx.y: 0 for K, 1 for V.
@@ -148,10 +176,10 @@ int rmsnorm(const float* x, const float* w, float* out, int64_t rows, int64_t co
   return 1;
 }
 
-int add_residual(float* x, const float* delta, const float* norm, float* out, int64_t rows, int64_t cols, float eps,
-                 cudaStream_t s) {
+int add_residual(float* x, const float* delta, float delta_scale, const float* norm, float* out, int64_t rows,
+                 int64_t cols, float eps, cudaStream_t s) {
   if (rows <= 0) return 0;
-  add_residual_kernel<<<(unsigned)rows, threads_for(cols), 0, s>>>(x, delta, norm, out, cols, eps);
+  add_residual_kernel<<<(unsigned)rows, threads_for(cols), 0, s>>>(x, delta, delta_scale, norm, out, cols, eps);
   return 1;
 }
 
@@ -171,19 +199,24 @@ int rope_angles(const int32_t* positions, const double* inv_freq, int rope_dim, 
 }
 
 int rope(float* q, int64_t q_cols, int n_head, float* k, int64_t k_cols, int n_kv_head, int head_dim, int rope_dim,
-         const float* angles, int64_t angle_cols, int64_t n_tokens, cudaStream_t s) {
+         bool neox, const float* angles, int64_t angle_cols, int64_t n_tokens, cudaStream_t s) {
   if (n_tokens <= 0 || rope_dim < 2) return 0;
   const int half = rope_dim / 2;
   rope_kernel<<<(unsigned)n_tokens, threads_for((int64_t)(n_head + n_kv_head) * half), 0, s>>>(
-      q, q_cols, n_head, k, k_cols, n_kv_head, head_dim, half, angles, angle_cols);
+      q, q_cols, n_head, k, k_cols, n_kv_head, head_dim, half, neox, angles, angle_cols);
   return 1;
 }
 
-int swiglu(float* gate, const float* up, int64_t rows, int64_t cols, cudaStream_t s) {
+int gated_activation(float* gate, const float* up, int64_t rows, int64_t cols, int act, cudaStream_t s) {
   const int64_t n = rows * cols;
   if (n <= 0) return 0;
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  swiglu_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), kThreads, 0, s>>>(gate, up, n);
+  gated_activation_kernel<<<grid_for(n), kThreads, 0, s>>>(gate, up, n, act);
+  return 1;
+}
+
+int scale_softcap(float* y, int64_t n, float scale, float softcap, cudaStream_t s) {
+  if (n <= 0 || (scale == 1.0f && softcap <= 0.0f)) return 0;
+  scale_softcap_kernel<<<grid_for(n), kThreads, 0, s>>>(y, n, scale, softcap);
   return 1;
 }
 

@@ -46,8 +46,8 @@ void attention(const float* q, const void* k, const void* v, DType kv_type, int6
 using AttendHeadsFn = void (*)(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows,
                                const uint8_t* const* v_rows, int64_t n_keys, float scale, float* scores,
                                int64_t scores_stride, float* out, float* stats);
-// AVX-512 (attention_avx512.cpp), head_dim 64 or 128, F32, F16 or Q8_0 cache (a Q8_0 cache
-// gives exactly what an F32 cache of its dequantized values gives); nullptr otherwise.
+// AVX-512 (attention_avx512.cpp), head_dim 64, 96, 128 or 256, F32, F16 or Q8_0 cache (a Q8_0
+// cache gives exactly what an F32 cache of its dequantized values gives); nullptr otherwise.
 AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim);
 // AVX2 (attention_avx2.cpp), the same shapes and cache types; nullptr otherwise.
 AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim);

@@ -9,7 +9,7 @@
 // output in registers across the value rows (16 registers do not hold whole
 // heads), as two chains (even and odd keys). Every head's floats come from its
 // own chains only, so grouping heads or query rows differently never changes a
-// result.
+// result. Head sizes 64, 96 (Phi-3), 128 and 256 (Gemma 3).
 #include "kernels/cpu/attention.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -221,8 +221,12 @@ void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k
   switch (head_dim) {
     case 64:
       return heads_n<T, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 96:
+      return heads_n<T, 12>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     case 128:
       return heads_n<T, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 256:
+      return heads_n<T, 32>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     default:
       return;
   }
@@ -246,7 +250,7 @@ void heads_q8_0(int head_dim, int n_heads, const float* q, const uint8_t* const*
 }  // namespace
 
 AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim) {
-  if (head_dim != 64 && head_dim != 128) return nullptr;
+  if (head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256) return nullptr;
   if (kv_type == DType::F16) return heads_f16;
   if (kv_type == DType::F32) return heads_f32;
   if (kv_type == DType::Q8_0) return heads_q8_0;

@@ -3,8 +3,10 @@
 //
 // Each key (or value) row is loaded and widened once for all the heads it serves; a head's
 // score is one FMA chain over head_dim / 16 vectors and a fixed reduction, its softmax a
-// vector exp, and its output stays in registers across the value rows. Every head's floats
-// come from its own chains only, so grouping heads differently never changes a result.
+// vector exp, and its output stays in registers across the value rows (head_dim 256: half a
+// head at a time, over blocks of value rows that stay in L1). Every head's floats come from
+// its own chains only, so grouping heads differently never changes a result. Head sizes 64,
+// 96 (Phi-3), 128 and 256 (Gemma 3).
 #include "kernels/cpu/attention.h"
 
 #if defined(__AVX512F__)
@@ -72,6 +74,17 @@ inline void lane_dots(const float* q, const uint8_t* const* k_rows, int64_t t, i
     for (int h = 0; h < HC; h++) acc[h] = _mm512_setzero_ps();
     return;
   }
+  if constexpr (NV > 8) {
+    // A wide row does not fit the registers at once: each of its vectors meets every head in
+    // turn (the same chains, in the same order, as below).
+    for (int v = 0; v < NV; v++) {
+      const __m512 k = load16<T>(k_rows[t], v);
+      for (int h = 0; h < HC; h++)
+        acc[h] = v == 0 ? _mm512_mul_ps(k, _mm512_loadu_ps(q + h * 16 * NV))
+                        : _mm512_fmadd_ps(k, _mm512_loadu_ps(q + h * 16 * NV + 16 * v), acc[h]);
+    }
+    return;
+  }
   __m512 k[NV];
   for (int v = 0; v < NV; v++) k[v] = load16<T>(k_rows[t], v);
   for (int h = 0; h < HC; h++) {
@@ -119,6 +132,35 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
                             _mm512_mul_ps(_mm512_permutexvar_ps(key_order, s8[h]), _mm512_set1_ps(scale)));
   }
   for (int h = 0; h < HC; h++) softmax16(scores + h * scores_stride, n_keys, stats ? stats + 2 * h : nullptr);
+  if constexpr (NV > 8) {
+    // Wide heads: VC output vectors of each head per pass over a block of value rows, the
+    // running sums parked in `out` between blocks (stored and reloaded exactly, so each
+    // element is still one FMA chain over the keys in order). A block's rows stay in L1 for
+    // the passes (32 rows of 256 F32 elements: 32 KiB).
+    constexpr int VC = 8;
+    static_assert(NV % VC == 0);
+    constexpr int64_t kValueBlock = 32;
+    for (int64_t b0 = 0; b0 < n_keys; b0 += kValueBlock) {
+      const int64_t b1 = std::min(n_keys, b0 + kValueBlock);
+      for (int v0 = 0; v0 < NV; v0 += VC) {
+        __m512 o[HC][VC];
+        for (int h = 0; h < HC; h++)
+          for (int v = 0; v < VC; v++)
+            o[h][v] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out + h * D + 16 * (v0 + v));
+        for (int64_t t = b0; t < b1; t++) {
+          __m512 x[VC];
+          for (int v = 0; v < VC; v++) x[v] = load16<T>(v_rows[t], v0 + v);
+          for (int h = 0; h < HC; h++) {
+            const __m512 p = _mm512_set1_ps(scores[h * scores_stride + t]);
+            for (int v = 0; v < VC; v++) o[h][v] = _mm512_fmadd_ps(p, x[v], o[h][v]);
+          }
+        }
+        for (int h = 0; h < HC; h++)
+          for (int v = 0; v < VC; v++) _mm512_storeu_ps(out + h * D + 16 * (v0 + v), o[h][v]);
+      }
+    }
+    return;
+  }
   __m512 o[HC][NV];
   for (int h = 0; h < HC; h++)
     for (int v = 0; v < NV; v++) o[h][v] = _mm512_setzero_ps();
@@ -137,7 +179,8 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
 template <DType T, int NV>
 void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
              float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  constexpr int kMax = NV <= 4 ? 4 : 2;  // HC x NV accumulators plus NV row vectors fit in 32 registers
+  // HC x NV accumulators plus NV row vectors fit in 32 registers (wide heads: HC x 8 plus 8).
+  constexpr int kMax = NV <= 4 ? 4 : NV <= 6 ? 3 : 2;
   constexpr int D = 16 * NV;
   for (int h0 = 0; h0 < n_heads; h0 += kMax) {
     const float* qh = q + h0 * D;
@@ -158,7 +201,9 @@ void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k
               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   switch (head_dim) {
     case 64: return heads_n<T, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 96: return heads_n<T, 6>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     case 128: return heads_n<T, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
+    case 256: return heads_n<T, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
     default: return;
   }
 }
@@ -179,7 +224,7 @@ void heads_q8_0(int head_dim, int n_heads, const float* q, const uint8_t* const*
 }  // namespace
 
 AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim) {
-  if (head_dim != 64 && head_dim != 128) return nullptr;
+  if (head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256) return nullptr;
   if (kv_type == DType::F16) return heads_f16;
   if (kv_type == DType::F32) return heads_f32;
   if (kv_type == DType::Q8_0) return heads_q8_0;
