@@ -68,13 +68,17 @@ Command add_explain_command(CLI::App& app) {
     fmt::print("{}{}\n\n", a->prompt, text);
     fmt::print("{}", phase_table({pre, dec}, peaks));
     const double wb = shape.matmul_bytes / shape.matmul_elements_per_token;
+    // A short prompt puts too few tokens through a pass to reach the ridge: say so, not "compute-bound".
+    const bool prefill_past_ridge = pre.cost.intensity() >= peaks.ridge(int8);
     fmt::print(
         "\nWhy: every weight ({} in all, {:.3f} bytes per element) is read once per forward pass and used for 2 FLOPs\n"
-        "per token in that pass. Prefill puts {} tokens through each pass, {:.1f} FLOP per byte: past the ridge point\n"
-        "({:.1f}), so it is compute-bound (TTFT {:.1f} ms). Decode puts 1 token through each pass, {:.2f} FLOP per byte,\n"
+        "per token in that pass. Prefill puts {} tokens through each pass, {:.1f} FLOP per byte: {} the ridge point\n"
+        "({:.1f}), so it is {} (TTFT {:.1f} ms). Decode puts 1 token through each pass, {:.2f} FLOP per byte,\n"
         "far below the ridge: it waits on memory, and its best possible speed is {:.1f} GB/s / {} per token = {:.0f} tok/s\n"
         "(it reached {:.1f} tok/s, TPOT {:.2f} ms). The KV cache adds {} per token of context to decode's reads.\n",
-        format_bytes(shape.matmul_bytes), wb, std::min<int64_t>(st->n_prompt, 512), pre.cost.intensity(), peaks.ridge(int8),
+        format_bytes(shape.matmul_bytes), wb, std::min<int64_t>(st->n_prompt, 512), pre.cost.intensity(),
+        prefill_past_ridge ? "past" : "below", peaks.ridge(int8),
+        prefill_past_ridge ? "compute-bound" : "still bound by memory: too few tokens share each weight read",
         st->ttft_s * 1e3, dec.cost.intensity(), peaks.read_bytes_per_s / 1e9, format_bytes(shape.matmul_bytes),
         peaks.read_bytes_per_s / shape.matmul_bytes, dec.tok_s(), st->tpot_s() * 1e3,
         format_bytes(shape.kv_bytes_per_position));
