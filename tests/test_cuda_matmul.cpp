@@ -461,7 +461,7 @@ TEST_F(CudaMatmulDevice, EmbedEqualsDequantizeRow) {
     const HostWeight h = make_weight(t, kRows, kCols, 12);
     auto w = upload_weight(h.source(), stream_);
     ASSERT_TRUE(w.ok()) << w.error().message;
-    embed(*w, static_cast<const int32_t*>(dtok.get()), (int64_t)tokens.size(), static_cast<float*>(dout->get()), stream_);
+    embed(*w, static_cast<const int32_t*>(dtok.get()), (int64_t)tokens.size(), static_cast<float*>(dout->get()), 1.0f, stream_);
     const std::vector<float> got = from_device(dout->get(), tokens.size() * kCols);
     for (size_t i = 0; i < tokens.size(); i++)
       for (int64_t c = 0; c < kCols; c++) {
