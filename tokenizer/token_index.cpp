@@ -57,7 +57,7 @@ void TokenIndex::insert_hashed(std::string_view text, int32_t id, uint64_t h) {
   for (; slots_[s].entry_plus_1 != 0; s = (s + 1) & mask)
     if (slots_[s].hash_hi == (uint32_t)(h >> 32) && text_of(slots_[s].entry_plus_1 - 1) == text) return;
   bytes_.append(text);
-  starts_.push_back((uint32_t)bytes_.size());
+  starts_.push_back(bytes_.size());
   ids_.push_back(id);
   slots_[s] = {(uint32_t)ids_.size(), (uint32_t)(h >> 32)};
 }

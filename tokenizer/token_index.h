@@ -27,7 +27,7 @@ class TokenIndex {
   void grow();
 
   std::string bytes_;                // every inserted text, back to back
-  std::vector<uint32_t> starts_;     // entry e's text is bytes_[starts_[e], starts_[e + 1])
+  std::vector<size_t> starts_;       // entry e's text is bytes_[starts_[e], starts_[e + 1])
   std::vector<int32_t> ids_;         // entry e's token id
   struct Slot {
     uint32_t entry_plus_1 = 0;  // 0: empty

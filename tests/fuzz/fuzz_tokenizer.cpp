@@ -42,6 +42,8 @@ std::vector<Loaded> load() {
     for (const char* v : {"gpt-2", "llama-spm", "phi-3", "falcon", "mpt", "deepseek-llm"}) paths += dir + v + ".gguf:";
     // The bundled model (scripts/setup.sh fetches it): a vocabulary even where ../shared is absent.
     paths += std::string(TANDEM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf:";
+    // The second (setup.sh --models all): 262k SentencePiece tokens, 6,414 special ones.
+    paths += std::string(TANDEM_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf:";
   }
   std::vector<Loaded> out;
   std::stringstream ss(paths);
