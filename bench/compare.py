@@ -93,6 +93,20 @@ def make_models(bin_dir, which):
     real = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     if "real" in which and os.path.exists(real):
         out.append(("SmolLM2-135M Q4_1 (real)", real))
+    gemma = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")  # scripts/setup.sh --models all
+    if ("gemma3" in which or "all" in which) and os.path.exists(gemma):
+        out.append(("Gemma-3-270M Q4_K_M (real)", gemma))
+    if "qwen2.5-0.5b-q4_0" in which or "all" in which:
+        # A random-weight Qwen2.5-0.5B shape (QKV bias, NeoX RoPE, 152k vocab), written by the
+        # family writer of the reference checks and quantized by the peer's own quantizer.
+        f16 = os.path.join(MODELS_DIR, "qwen2.5-0.5b-f16.gguf")
+        if not os.path.exists(f16):
+            sh([sys.executable, os.path.join(ROOT, "tests", "reference", "family_gguf.py"), f16, "qwen2", "--shape",
+                "qwen2.5-0.5b", "--type", "f16"])
+        path = os.path.join(MODELS_DIR, "qwen2.5-0.5b-q4_0.gguf")
+        if not os.path.exists(path):
+            sh([os.path.join(bin_dir, "llama-quantize"), f16, path, "Q4_0"], env=peer_env(bin_dir), stdout=subprocess.DEVNULL)
+        out.append(("Qwen2.5-0.5B-shaped Q4_0 (random)", path))
     gen = os.path.join(SHARED, "tools", "make_gguf.py")
     for shape, qtype, label in (("smollm2-135m", "Q8_0", "SmolLM2-135M-shaped Q8_0 (random)"),
                                 ("smollm2-135m", "F16", "SmolLM2-135M-shaped F16 (random)"),
@@ -144,7 +158,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--models", default="all", help="all, or a comma list of: real, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0")
+    ap.add_argument("--models", default="all", help="all, or a comma list of: real, gemma3, qwen2.5-0.5b-q4_0, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0")
     ap.add_argument("--depth", type=int, default=0, help="context tokens prefilled (untimed) before each test, both tools' -d")
     ap.add_argument("--peer-bin", help="folder holding a built llama-bench and llama-quantize")
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))
