@@ -46,14 +46,22 @@ Result<ArchSpec> read_granite(const GgufFile& f, const ModelConfig& c) {
   const std::string p = c.arch + ".";
   auto embedding = positive_float(f, p + "embedding_scale", 1.0);
   auto residual = positive_float(f, p + "residual_scale", 1.0);
-  auto attention = positive_float(f, p + "attention.scale", s.attention_scale);
   auto logit = positive_float(f, p + "logit_scale", 1.0);
+  auto raw_attention = f.get_float(p + "attention.scale");  // absent or 0: 1 / sqrt(head_dim)
+  if (!raw_attention.ok()) return raw_attention.error();
+  auto attention = raw_attention->value_or(0.0) == 0.0 ? Result<double>(s.attention_scale)
+                                                        : positive_float(f, p + "attention.scale", 0.0);
   for (auto* r : {&embedding, &residual, &attention, &logit})
     if (!r->ok()) return r->error();
   s.embedding_scale = (float)*embedding;
   s.residual_scale = (float)*residual;
   s.attention_scale = (float)*attention;
   s.logit_scale = (float)(1.0 / *logit);
+  // Granite's converters use rope.scaling.finetuned as RoPE's on/off switch (llama.cpp reads
+  // it so): false means no rotary embedding at all.
+  auto rope = f.get_bool(p + "rope.scaling.finetuned");
+  if (!rope.ok()) return rope.error();
+  s.use_rope = rope->value_or(true);
   return s;
 }
 
@@ -183,7 +191,10 @@ std::string ArchSpec::describe() const {
   std::string s = family + ": ";
   s += norms == NormPlacement::Sandwich ? "sandwich norms" : "pre-norm";
   s += activation == GateActivation::GeluTanh ? ", GELU-tanh gate" : ", SiLU gate";
-  s += rope_style == RopeStyle::NeoxHalves ? ", RoPE on NeoX halves" : ", RoPE on adjacent pairs";
+  if (!use_rope)
+    s += ", no RoPE";
+  else
+    s += rope_style == RopeStyle::NeoxHalves ? ", RoPE on NeoX halves" : ", RoPE on adjacent pairs";
   for (size_t i = 0; i < rope_sets.size(); i++)
     s += fmt::format("{}{:g}{}", i == 0 ? " (base " : ", local layers' base ", rope_sets[i].base,
                      i + 1 == rope_sets.size() ? ")" : "");

@@ -33,6 +33,7 @@ struct ArchSpec {
   NormPlacement norms = NormPlacement::PreNorm;
   GateActivation activation = GateActivation::Silu;
   RopeStyle rope_style = RopeStyle::AdjacentPairs;
+  bool use_rope = true;        // false: no rotary embedding (Granite's rope.scaling.finetuned = false)
   bool fused_qkv = false;      // one attn_qkv matrix (q rows, k rows, v rows), split at load
   bool fused_gate_up = false;  // ffn_up holds the gate's rows, then up's (Phi-3), split at load
   bool qkv_bias = false;       // attn_{q,k,v}.bias added after the products (Qwen2)

@@ -99,7 +99,7 @@ void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
         be.rmsnorm(q, L.q_norm, q, eps, c.head_dim);
         be.rmsnorm(k, L.k_norm, k, eps, c.head_dim);
       }
-      be.rope(q, k, angles[ls.rope_set], heads, c.rope_dim, a.rope_style);
+      if (a.use_rope) be.rope(q, k, angles[ls.rope_set], heads, c.rope_dim, a.rope_style);
       be.store_kv(k, v, kv, li, b);
       be.attention(q, kv, li, b, heads, AttentionParams{a.attention_scale, ls.window}, att);
       matmul({{&L.wo, &proj}}, att);

@@ -138,6 +138,30 @@ TEST(Families, EachReaderFillsItsSpec) {
   }
 }
 
+// Granite's attention.scale of 0 means the default, and rope.scaling.finetuned = false turns
+// RoPE off (llama.cpp reads both so): without RoPE, attention cannot tell positions apart, so
+// a token repeated at the start gives the same logits at both places.
+TEST(Families, GraniteDefaultsAndRopeSwitch) {
+  TinyShape s = family_shape("granite");
+  s.granite_attention_scale = 0.0f;
+  s.granite_rope = false;
+  auto m = load(s);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const ArchSpec& a = (*m)->config().spec;
+  EXPECT_FLOAT_EQ(a.attention_scale, 1.0f / std::sqrt(16.0f));
+  EXPECT_FALSE(a.use_rope);
+  EXPECT_NE(a.describe().find("no RoPE"), std::string::npos) << a.describe();
+  const std::vector<int32_t> same = {7, 7};
+  const std::vector<float> l = prefill_logits(**m, same);
+  const int64_t V = (*m)->config().n_vocab;
+  EXPECT_EQ(max_abs_diff(std::span<const float>(l.data(), (size_t)V), std::span<const float>(l.data() + V, (size_t)V)), 0.0f);
+  s.granite_rope = true;  // with RoPE the second 7 sees two positions
+  auto r = load(s);
+  ASSERT_TRUE(r.ok());
+  const std::vector<float> lr = prefill_logits(**r, same);
+  EXPECT_GT(max_abs_diff(std::span<const float>(lr.data(), (size_t)V), std::span<const float>(lr.data() + V, (size_t)V)), 1e-4f);
+}
+
 // The window binds: positions whose keys all lie inside it match the same model without a
 // window bit for bit; later positions differ.
 TEST(Families, SlidingWindowBindsOnlyPastTheWindow) {

@@ -22,6 +22,8 @@ struct TinyShape {
   std::string family = "llama";  // general.architecture
   int head_dim = 0;               // > 0: attention.key_length (else n_embd / n_head)
   int64_t window = 0;             // gemma3: attention.sliding_window (0: no key)
+  float granite_attention_scale = 0.2f;  // granite: attention.scale (0: the default)
+  bool granite_rope = true;              // granite: rope.scaling.finetuned (false: no RoPE)
   DType weight_type = DType::F32;
   bool tied = false;
   int n_tokens = 0;  // tokens in the tokenizer's vocabulary; 0: n_vocab (a mismatch is a bad file)
@@ -104,7 +106,8 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
   if (fam == "granite") {
     b.kv_f32(a + "embedding_scale", 4.0f);
     b.kv_f32(a + "residual_scale", 0.5f);
-    b.kv_f32(a + "attention.scale", 0.2f);
+    b.kv_f32(a + "attention.scale", s.granite_attention_scale);
+    if (!s.granite_rope) b.kv_bool(a + "rope.scaling.finetuned", false);
     b.kv_f32(a + "logit_scale", 3.0f);
   }
   if (fam == "gemma3" && s.window > 0) b.kv_u32(a + "attention.sliding_window", (uint32_t)s.window);
