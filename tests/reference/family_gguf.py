@@ -164,14 +164,21 @@ def tensor_specs(s):
     times scale), "out" (mat whose rows carry a log-normal norm), "norm" (near 1), "bias"."""
     D, hd, FF = s.n_embd, s.hd, s.n_ff
     qd, kvd = s.n_head * hd, s.n_kv_head * hd
-    # Output logits: normed hidden (rms ~1) times rows of rms `out` -> std out*sqrt(D). Granite
-    # divides the logits by logit_scale afterwards, so its rows are that much larger.
-    out = s.logit_std / np.sqrt(D) * (s.logit_scale or 1.0)
+    # Output logits: the normed hidden state (rms ~ the output norm's weight) times rows of rms `out`
+    # -> std ~ norm * out * sqrt(D); Granite divides by logit_scale afterwards, so it needs more.
+    # A tied model reads its input from the same rows, and an input token whose embedding dominates
+    # the last hidden state wins the next step by a mile, every step (random tied models then repeat
+    # one token forever): so tied rows are small (input rms ~0.5/sqrt(D), the layers' outputs
+    # dominate) and the output norm's weight makes up the logits' spread.
+    target = s.logit_std * (s.logit_scale or 1.0)
+    if s.tied:
+        out, out_norm = 0.5 / np.sqrt(D), target / 0.5
+        specs = [("token_embd.weight", (s.n_vocab, D), "out", out)]
+    else:
+        out, out_norm = target / np.sqrt(D), 1.0
+        specs = [("token_embd.weight", (s.n_vocab, D), "mat", 0.5), ("output.weight", (s.n_vocab, D), "out", out)]
     qk = 1.2 / np.sqrt(D)  # attention scores of std ~1.4 before any QK-norm
-    specs = [("token_embd.weight", (s.n_vocab, D), "out", out)]
-    if not s.tied:
-        specs.append(("output.weight", (s.n_vocab, D), "out", out))
-    specs.append(("output_norm.weight", (D,), "norm", 1.0))
+    specs.append(("output_norm.weight", (D,), "norm", out_norm))
     for il in range(s.n_layer):
         p = f"blk.{il}."
         specs.append((p + "attn_norm.weight", (D,), "norm", 1.0))
@@ -204,7 +211,7 @@ def tensor_specs(s):
 def _values(rng, shape, kind, scale, rows_from, rows_to):
     n = (rows_to - rows_from,) + tuple(shape[1:])
     if kind == "norm":
-        return (scale + 0.1 * rng.standard_normal(n)).astype(np.float32)
+        return (scale * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
     a = rng.standard_normal(n, dtype=np.float32) * np.float32(scale)
     if kind == "out":
         a *= np.exp(0.5 * rng.standard_normal((n[0], 1))).astype(np.float32)
