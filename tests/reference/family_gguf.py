@@ -3,7 +3,7 @@
 tensor names and metadata keys for that architecture, quantized by the `gguf` package's own
 quantizers (not tandem's):
 
-    python3 tests/reference/family_gguf.py OUT.gguf FAMILY [--shape tiny] [--type f32] [--seed 0]
+    python3 tests/reference/family_gguf.py OUT.gguf FAMILY [--shape tiny] [--type f32] [--seed 0] [--window N]
     python3 tests/reference/family_gguf.py OUT.gguf qwen2 --shape qwen2.5-0.5b --type q8_0
 
 FAMILY is one of llama, qwen2, qwen3, gemma3, phi3, granite. --shape is "tiny" (D=64, 4 heads,
@@ -188,8 +188,11 @@ def tensor_specs(s):
             specs += [(p + "attn_q.weight", (qd, D), "mat", qk), (p + "attn_k.weight", (kvd, D), "mat", qk),
                       (p + "attn_v.weight", (kvd, D), "mat", 1.0 / np.sqrt(D))]
         if s.family == "qwen2":
-            specs += [(p + "attn_q.bias", (qd,), "bias", 0.6), (p + "attn_k.bias", (kvd,), "bias", 0.6),
-                      (p + "attn_v.bias", (kvd,), "bias", 0.6)]
+            # K's bias is seen through RoPE (q.R(p')b_k varies with the key's position). V's bias
+            # adds one constant vector to every position of every layer; kept small, or greedy
+            # continuations collapse onto the token it favours.
+            specs += [(p + "attn_q.bias", (qd,), "bias", 0.5), (p + "attn_k.bias", (kvd,), "bias", 0.5),
+                      (p + "attn_v.bias", (kvd,), "bias", 0.15)]
         if s.family in ("qwen3", "gemma3"):
             # QK-normed q and k have rms ~ the norm weight, so ~1.3 gives scores of std ~1.7.
             specs += [(p + "attn_q_norm.weight", (hd,), "norm", 1.3), (p + "attn_k_norm.weight", (hd,), "norm", 1.3)]
@@ -230,15 +233,20 @@ def _encode(rng, shape, kind, scale, qtype):
     return np.concatenate(parts, axis=0)
 
 
-def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0):
-    """Writes the model; returns its Shape. qtype: f32, f16, q8_0, q4_0 (or a GGMLQuantizationType)."""
+def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=None):
+    """Writes the model; returns its Shape. qtype: f32, f16, q8_0, q4_0 (or a GGMLQuantizationType).
+    window replaces the shape's attention.sliding_window (a real shape's 512 reached by short checks)."""
     s = shape_of(family, shape)
+    if window is not None:
+        if not s.window:
+            raise ValueError(f"{family} {shape} has no sliding window to replace")
+        s = dataclasses.replace(s, window=int(window))
     qt = TYPES[qtype] if isinstance(qtype, str) else Q(qtype)
     if qt not in FILE_TYPES:
         raise ValueError(f"unsupported type {qtype!r} (one of {', '.join(TYPES)})")
     arch = s.family
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"random-{family}-{shape}-{qt.name.lower()}-seed{seed}")
+    w.add_name(f"random-{family}-{shape}-{qt.name.lower()}-seed{seed}" + (f"-window{window}" if window else ""))
     w.add_file_type(int(FILE_TYPES[qt]))
     w.add_context_length(s.ctx)
     w.add_embedding_length(s.n_embd)
@@ -305,9 +313,10 @@ def main():
     ap.add_argument("--shape", default="tiny", help="tiny, real, or one of " + ", ".join(REAL_SHAPES))
     ap.add_argument("--type", default="f32", choices=list(TYPES))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--window", type=int, help="replace the shape's attention.sliding_window")
     a = ap.parse_args()
     try:
-        s = write_family_gguf(a.out, a.family, a.shape, a.type, a.seed)
+        s = write_family_gguf(a.out, a.family, a.shape, a.type, a.seed, a.window)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
