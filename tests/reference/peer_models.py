@@ -11,6 +11,11 @@ DATA = os.path.join(ROOT, "tests", "data")
 # forward pass is under test, not the tokenizer); a text prompt is tokenized by the peer.
 # phi3-mini (3.8B parameters, ~2.2 GB as Q4_0, minutes to write) is opt-in for the replay.
 MODELS = {
+    # Llama (SmolLM2, the bundled model): replayable today, and the recording of ids that
+    # peer_greedy_smollm2.json (text, for test_real_model.cpp) lacks.
+    "llama": dict(path="models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                  prompts=["The capital of France is", "Once upon a time, in a small village,",
+                           "The three primary colors are"], n=64),
     "gemma3": dict(path="models/gemma-3-270m-q4_k_m.gguf",
                    prompts=["The capital of France is", "Once upon a time, in a small village,",
                             "The three primary colors are"], n=64),

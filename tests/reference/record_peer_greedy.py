@@ -69,7 +69,7 @@ def detok(model_fields, ids):
     return out.decode("utf-8", errors="replace")
 
 
-def record(name, spec, exe, models_dir, with_reference):
+def record(name, spec, exe, models_dir, with_reference, out_dir=DATA):
     from gguf import GGUFReader
     if "path" in spec:
         model = os.path.join(ROOT, spec["path"])
@@ -118,7 +118,14 @@ def record(name, spec, exe, models_dir, with_reference):
         cases.append(case)
     doc = dict(peer=f"llama.cpp (vendored in {PEER_NAME}), peer_greedy.cpp: greedy, f16 KV cache, CPU",
                model=about, cases=cases)
-    out = os.path.join(DATA, f"peer_greedy_{name}.json")
+    gaps = [c["reference_check"]["worst_gap"] for c in cases if "reference_check" in c]
+    if gaps:
+        # The peer's pick sat up to max(gaps) below the exact best; tandem's 8-bit activations err
+        # as much the other way, so two such runs may differ by twice that.
+        doc["tie"] = round(max(0.5, 2 * max(gaps)), 2)
+        doc["tie_why"] = (f"the peer's pick was at worst {max(gaps)} logits below ref_forward's best (8-bit "
+                          "activations); tandem's may be as far the other way")
+    out = os.path.join(out_dir, f"peer_greedy_{name}.json")
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
@@ -135,6 +142,7 @@ def main():
     ap.add_argument("--peer-dir", default=os.path.join(ROOT, "bench", ".peer"))
     ap.add_argument("--models-dir", default=os.path.join(tempfile.gettempdir(), "tandem-peer-models"))
     ap.add_argument("--reference", action="store_true", help="also check the peer against ref_forward")
+    ap.add_argument("--out-dir", default=DATA, help="where the .json files go (tests/data)")
     a = ap.parse_args()
     os.makedirs(a.models_dir, exist_ok=True)
     llama = sorted(d for d in os.listdir(a.peer_dir) if d.startswith("llama_cpp_python-") and not d.endswith(".gz"))
@@ -145,7 +153,7 @@ def main():
             sys.exit(f"error: unknown {name!r} (one of {', '.join(MODELS)})")
         spec = MODELS[name]
         big = "recipe" in spec and spec["recipe"]["shape"] in ("granite-3.1-2b", "phi3-mini")
-        record(name, spec, exe, a.models_dir, a.reference and not big)
+        record(name, spec, exe, a.models_dir, a.reference and not big, a.out_dir)
     return 0
 
 
