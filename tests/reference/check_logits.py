@@ -71,14 +71,14 @@ def check(tandem, model, n_tokens, tol, q8_tol, random=False):
     configs = [("f32", "f32", tol), ("f16", "f32", 5 * tol), ("f16", "q8", q8_tol)]
     median_limit = {}
     if random:
-        # The tiny family models (D=64, one or two 32-blocks per row) feel 8-bit activations far
-        # more than a real model: the llama.cpp peer, which rounds the same way, is off the
-        # reference by up to 0.7 of the logits' std (median 0.02 of it) on them. So there the 8-bit
-        # run is held to the logits' std at most and to 0.05 of it at the median, which a wrong
-        # op still breaks; the exact runs keep their limits.
+        # The tiny family models (D=64: one or two 32-blocks per row) feel 8-bit activations more
+        # than a real model: the llama.cpp peer, which rounds the same way, is off the reference by
+        # up to 0.18 of the logits' std on them (median 0.017 of it). So there the 8-bit run is held
+        # to 0.4 of the std at most and to 0.04 of it at the median, which a wrong op still breaks;
+        # the exact runs keep their limits.
         spread = float(want.std())
-        configs[2] = ("f16", "q8", max(q8_tol, spread))
-        median_limit[("f16", "q8")] = 0.05 * spread
+        configs[2] = ("f16", "q8", max(q8_tol, 0.4 * spread))
+        median_limit[("f16", "q8")] = 0.04 * spread
     for mode in ("prefill", "decode", "naive"):
         for kv_dtype, acts, limit in configs:
             try:

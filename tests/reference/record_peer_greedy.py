@@ -55,14 +55,34 @@ def margins(logits):
     return s[:, -1] - s[:, -2]
 
 
+def gpt2_byte_of_char():
+    """GPT-2's byte-level BPE writes byte b as itself when printable (33-126, 161-172, 174-255),
+    else as chr(256 + n) for the n-th unprintable byte."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    table, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + n)] = b
+            n += 1
+    return table
+
+
 def detok(model_fields, ids):
-    """The continuation's text, from the vocabulary's pieces (SentencePiece: U+2581 is a space)."""
+    """The continuation's text, from the vocabulary's pieces: SentencePiece (U+2581 is a space,
+    <0xNN> a byte) or GPT-2 byte-level BPE."""
     toks = model_fields["tokenizer.ggml.tokens"].contents()
     types = model_fields["tokenizer.ggml.token_type"].contents()
+    gpt2 = model_fields["tokenizer.ggml.model"].contents() == "gpt2"
+    byte_of = gpt2_byte_of_char() if gpt2 else None
     out = bytearray()
     for t in ids:
         piece, kind = toks[t], types[t]
-        if kind == 6 and piece.startswith("<0x"):
+        if gpt2:
+            if kind in (1, 4):
+                out += bytes(byte_of[c] for c in piece)
+        elif kind == 6 and piece.startswith("<0x"):
             out.append(int(piece[3:5], 16))
         elif kind in (1, 4):
             out += piece.replace("\u2581", " ").encode()
