@@ -181,6 +181,8 @@ def tensor_specs(s):
     # chaotic, so that 8-bit activations (the peer's and tandem's fast path) move its logits by
     # several percent and greedy choices flip at many positions.
     qk = 0.8 / np.sqrt(D)
+    if s.attention_scale:  # Granite's attention.scale is below 1/sqrt(head_dim): q and k make up for it
+        qk *= (1.0 / np.sqrt(s.hd) / s.attention_scale) ** 0.5
     specs.append(("output_norm.weight", (D,), "norm", out_norm))
     for il in range(s.n_layer):
         p = f"blk.{il}."

@@ -145,6 +145,11 @@ def record(name, spec, exe, models_dir, with_reference, out_dir=DATA):
         doc["tie"] = round(max(0.5, 2 * max(gaps)), 2)
         doc["tie_why"] = (f"the peer's pick was at worst {max(gaps)} logits below ref_forward's best (8-bit "
                           "activations); tandem's may be as far the other way")
+        # Exact agreement expected of tandem: the peer's own with the reference, less 0.1 (two
+        # noisy runs split more near-ties than one noisy run and an exact one).
+        share = min(c["reference_check"]["peer_choice_is_reference_argmax"] / c["reference_check"]["positions"]
+                    for c in cases if "reference_check" in c)
+        doc["exact"] = round(max(0.5, share - 0.1), 2)
     out = os.path.join(out_dir, f"peer_greedy_{name}.json")
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)

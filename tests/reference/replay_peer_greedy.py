@@ -5,7 +5,8 @@ by record_peer_greedy.py) through tandem: the prompt and the peer's continuation
 continuation alike, the peer's choice must be tandem's argmax or within a near-tie of it (tandem's
 own top logit less than --tie above the peer's pick; there either choice is correct arithmetic,
 as the peer's and tandem's 8-bit activations round differently). At least --exact of all
-positions must agree exactly.
+positions must agree exactly. Both limits default to the recording's own ("tie", "exact": set by
+record_peer_greedy.py --reference from how far the peer itself was from ref_forward).
 
     replay_peer_greedy.py --tandem build/tandem --cache DIR [--opt-in] [NAME ...]
 
@@ -109,7 +110,8 @@ def main():
     # under 0.5. Random-weight models feel the rounding more (the Qwen2.5-0.5B-shaped one: picks up
     # to 3.2 below the best), so record_peer_greedy --reference writes each file's own "tie".
     ap.add_argument("--tie", type=float, help="near-tie in logits (default: the recording's own, else 0.5)")
-    ap.add_argument("--exact", type=float, default=0.9, help="share of positions that must agree exactly")
+    ap.add_argument("--exact", type=float,
+                    help="share of positions that must agree exactly (default: the recording's own, else 0.9)")
     a = ap.parse_args()
     files = [n if n.endswith(".json") else os.path.join(DATA, f"peer_greedy_{n}.json") for n in a.names] or \
         sorted(glob.glob(os.path.join(DATA, "peer_greedy_*.json")))
@@ -129,7 +131,7 @@ def main():
             print(f"SKIP {name}: {why}")
             continue
         ran += 1
-        ok &= replay(name, doc, model, a.tandem, a.tie or doc.get("tie", 0.5), a.exact)
+        ok &= replay(name, doc, model, a.tandem, a.tie or doc.get("tie", 0.5), a.exact or doc.get("exact", 0.9))
         print(f"{name}: {time.time() - t:.0f} s", flush=True)
     if not ran:
         print("SKIP: no recording could be replayed")
