@@ -9,7 +9,8 @@ DATA = os.path.join(ROOT, "tests", "data")
 
 # name -> how to get the model, and the cases. Random prompts are seeded draws of token ids (the
 # forward pass is under test, not the tokenizer); a text prompt is tokenized by the peer.
-# phi3-mini (3.8B parameters, ~2.2 GB as Q4_0, minutes to write) is opt-in for the replay.
+# The 2B+ shapes (granite-3.1-2b: 1.4 GB as Q4_0, phi3-mini: 3.8B parameters, 2.2 GB) take minutes
+# to write on 2 cores and are opt-in for the replay (replay_peer_greedy.py --opt-in).
 MODELS = {
     # Llama (SmolLM2, the bundled model): replayable today, and the recording of ids that
     # peer_greedy_smollm2.json (text, for test_real_model.cpp) lacks.
@@ -24,7 +25,7 @@ MODELS = {
     # Real shape but a 32-token window (the real 512 is out of reach of a 96-token check), so the
     # local layers' window and the global layers (5, 11, 17) both shape the answer.
     "gemma3_random": dict(recipe=dict(family="gemma3", shape="gemma3-270m", type="q8_0", seed=0, window=32), n=48),
-    "granite": dict(recipe=dict(family="granite", shape="granite-3.1-2b", type="q4_0", seed=0), n=48),
+    "granite": dict(recipe=dict(family="granite", shape="granite-3.1-2b", type="q4_0", seed=0), n=48, opt_in=True),
     "phi3": dict(recipe=dict(family="phi3", shape="phi3-mini", type="q4_0", seed=0), n=48, opt_in=True),
 }
 RANDOM_PROMPTS = [dict(seed=1, length=48), dict(seed=2, length=48)]

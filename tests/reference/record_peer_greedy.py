@@ -150,6 +150,10 @@ def record(name, spec, exe, models_dir, with_reference, out_dir=DATA):
         share = min(c["reference_check"]["peer_choice_is_reference_argmax"] / c["reference_check"]["positions"]
                     for c in cases if "reference_check" in c)
         doc["exact"] = round(max(0.5, share - 0.1), 2)
+    elif "recipe" in spec:
+        doc["tie"], doc["exact"] = BIG_TIE, BIG_EXACT
+        doc["tie_why"] = ("not measured (ref_forward cannot hold a 2B+ model in float64 here): the loosest "
+                          "measured random shape's (Gemma-3-270M, 1.33), rounded up")
     out = os.path.join(out_dir, f"peer_greedy_{name}.json")
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
@@ -158,6 +162,7 @@ def record(name, spec, exe, models_dir, with_reference, out_dir=DATA):
 
 
 PEER_NAME = "llama-cpp-python"
+BIG_TIE, BIG_EXACT = 1.5, 0.8
 
 
 def main():

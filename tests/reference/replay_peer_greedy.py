@@ -11,7 +11,8 @@ record_peer_greedy.py --reference from how far the peer itself was from ref_forw
     replay_peer_greedy.py --tandem build/tandem --cache DIR [--opt-in] [NAME ...]
 
 Random-weight models are rebuilt from the recorded recipe (family_gguf.py, shape, type, seed)
-into DIR once and checked against the recorded sha256; phi3-mini (3.8B) is opt-in (--opt-in).
+into DIR once and checked against the recorded sha256; the 2B+ shapes (granite-3.1-2b, phi3-mini)
+are opt-in (--opt-in).
 A model that is absent or cannot be rebuilt identically is skipped with a message; exits 77
 (CTest: skipped) when every file was skipped.
 """
@@ -104,7 +105,7 @@ def main():
     ap.add_argument("--tandem", required=True)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "tandem-peer-models"),
                     help="where rebuilt random-weight models are kept")
-    ap.add_argument("--opt-in", action="store_true", help="also the opt-in models (phi3-mini, 3.8B)")
+    ap.add_argument("--opt-in", action="store_true", help="also the opt-in models (granite-3.1-2b, phi3-mini)")
     # The peer's 8-bit activations move the real Gemma 3's logits by up to ~1.7 from a float64
     # reference, yet its pick was at worst 0.17 below the reference's best there: a tie is a gap
     # under 0.5. Random-weight models feel the rounding more (the Qwen2.5-0.5B-shaped one: picks up
