@@ -172,7 +172,9 @@ def tensor_specs(s):
     # dominate) and the output norm's weight makes up the logits' spread.
     target = s.logit_std * (s.logit_scale or 1.0)
     if s.tied:
-        out, out_norm = 0.5 / np.sqrt(D), target / 0.5
+        # Gemma's sqrt(D) and Granite's embedding_scale multiply the input rows: smaller still.
+        m = np.sqrt(D) if s.family == "gemma3" else (s.embedding_scale or 1.0)
+        out, out_norm = 0.5 / np.sqrt(D) / m, target * m / 0.5
         specs = [("token_embd.weight", (s.n_vocab, D), "out", out)]
     else:
         out, out_norm = target / np.sqrt(D), 1.0
