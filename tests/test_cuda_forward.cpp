@@ -2,10 +2,10 @@
 // activations): a 64-token prompt in three prefill chunks with every position's logits, greedy
 // decode steps (graph replays), then a serving step that batches a decode token of one sequence
 // with a prompt chunk of another, all over shuffled KV blocks. For every weight type the CUDA
-// products take, and for the other families' tiny shapes (Gemma 3: sandwich norms, QK-norm,
-// GELU gate, NeoX RoPE, two RoPE sets, head_dim 256, sliding windows, embedding scale, logit
-// soft-cap; Granite: its four scales; Qwen2: QKV bias). Both run Model's own pass (model/
-// unchanged: the backend is the choice).
+// products take, and for every family's tiny model (Gemma 3: sandwich norms, QK-norm, GELU
+// gate, NeoX RoPE, two RoPE sets, head_dim 256, sliding windows, embedding scale; Granite: its
+// four scales; Qwen2: QKV bias; Qwen3: QK-norm; Phi-3: fused matrices, head_dim 96). Both run
+// Model's own pass (model/ unchanged: the backend is the choice).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,88 +70,19 @@ struct Compare {
 
 int argmax(const float* p, int n) { return (int)(std::max_element(p, p + n) - p); }
 
-// A tiny random-weight model of another family, in the GGUF keys and tensor names its
-// llama.cpp converter writes (model/arch_readers.cpp reads them).
-enum class Family { Gemma3, Granite, Qwen2 };
-
-std::unique_ptr<GgufFile> family_model_file(Family fam, DType t, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const std::string arch = fam == Family::Gemma3 ? "gemma3" : fam == Family::Granite ? "granite" : "qwen2";
-  // Gemma 3's heads are wider than n_embd / n_head (270M: 4 heads of 256 over 640).
-  const int E = 128, n_head = 2, n_kv = 1, hd = fam == Family::Gemma3 ? 256 : 64, F = 256, V = 384, n_layer = 3;
-  const int qd = n_head * hd, kvd = n_kv * hd;
-  test::GgufBuilder b;
-  const std::string p = arch + ".";
-  b.kv_str("general.architecture", arch);
-  b.kv_str("general.name", "tiny-random-" + arch);
-  b.kv_u32(p + "context_length", 256);
-  b.kv_u32(p + "embedding_length", E);
-  b.kv_u32(p + "block_count", n_layer);
-  b.kv_u32(p + "feed_forward_length", F);
-  b.kv_u32(p + "attention.head_count", n_head);
-  b.kv_u32(p + "attention.head_count_kv", n_kv);
-  b.kv_f32(p + "attention.layer_norm_rms_epsilon", 1e-6f);
-  if (fam == Family::Gemma3) {
-    b.kv_u32(p + "attention.key_length", hd);
-    b.kv_u32(p + "attention.value_length", hd);
-    b.kv_f32(p + "rope.freq_base", 1000000.0f);
-    b.kv_u32(p + "attention.sliding_window", 12);  // the 64-token prompt crosses it many times
-    b.kv_u32(p + "attention.sliding_window_pattern", 3);  // layers 0, 1 local; 2 global
-    b.kv_f32(p + "final_logit_softcapping", 4.0f);
-  } else if (fam == Family::Granite) {
-    b.kv_f32(p + "rope.freq_base", 10000.0f);
-    b.kv_f32(p + "embedding_scale", 12.0f);
-    b.kv_f32(p + "residual_scale", 0.22f);
-    b.kv_f32(p + "attention.scale", 0.0078125f);
-    b.kv_f32(p + "logit_scale", 8.0f);
-  } else {
-    b.kv_f32(p + "rope.freq_base", 1000000.0f);
-  }
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  for (int i = 0; i < V; i++) {
-    tokens.push_back(i == 0 ? "<|endoftext|>" : std::string(1, (char)('!' + (i - 1) % 90)) + std::string((size_t)((i - 1) / 90), 'x'));
-    types.push_back(i == 0 ? 3 : 1);
-  }
-  b.kv_str("tokenizer.ggml.model", "gpt2");
-  b.kv_str("tokenizer.ggml.pre", "gpt-2");
-  b.kv_str_array("tokenizer.ggml.tokens", tokens);
-  b.kv_i32_array("tokenizer.ggml.token_type", types);
-  b.kv_str_array("tokenizer.ggml.merges", {});
-  b.kv_u32("tokenizer.ggml.eos_token_id", 0);
-  const uint64_t e = E, f = F, v = V, q = (uint64_t)qd, kv = (uint64_t)kvd;
-  // Gemma's embeddings are scaled up by sqrt(n_embd): smaller rows keep the activations tame.
-  b.tensor("token_embd.weight", t, {e, v}, test::random_weights(t, V, E, rng, fam == Family::Gemma3 ? 0.1f : 1.0f));
-  b.tensor("output_norm.weight", DType::F32, {e}, test::f32_vector(E, rng, 1.0f, 0.1f));
-  if (fam != Family::Gemma3) b.tensor("output.weight", t, {e, v}, test::random_weights(t, V, E, rng, 0.2f));  // Gemma: tied
-  for (int l = 0; l < n_layer; l++) {
-    const std::string bp = "blk." + std::to_string(l) + ".";
-    b.tensor(bp + "attn_norm.weight", DType::F32, {e}, test::f32_vector(E, rng, 1.0f, 0.1f));
-    b.tensor(bp + "attn_q.weight", t, {e, q}, test::random_weights(t, qd, E, rng, 0.3f));
-    b.tensor(bp + "attn_k.weight", t, {e, kv}, test::random_weights(t, kvd, E, rng, 0.3f));
-    b.tensor(bp + "attn_v.weight", t, {e, kv}, test::random_weights(t, kvd, E, rng, 0.3f));
-    if (fam == Family::Qwen2) {
-      b.tensor(bp + "attn_q.bias", DType::F32, {q}, test::f32_vector(qd, rng, 0.0f, 0.5f));
-      b.tensor(bp + "attn_k.bias", DType::F32, {kv}, test::f32_vector(kvd, rng, 0.0f, 0.5f));
-      b.tensor(bp + "attn_v.bias", DType::F32, {kv}, test::f32_vector(kvd, rng, 0.0f, 0.5f));
-    }
-    if (fam == Family::Gemma3) {
-      b.tensor(bp + "attn_q_norm.weight", DType::F32, {(uint64_t)hd}, test::f32_vector(hd, rng, 1.0f, 0.1f));
-      b.tensor(bp + "attn_k_norm.weight", DType::F32, {(uint64_t)hd}, test::f32_vector(hd, rng, 1.0f, 0.1f));
-      b.tensor(bp + "post_attention_norm.weight", DType::F32, {e}, test::f32_vector(E, rng, 1.0f, 0.1f));
-      b.tensor(bp + "post_ffw_norm.weight", DType::F32, {e}, test::f32_vector(E, rng, 1.0f, 0.1f));
-    }
-    b.tensor(bp + "attn_output.weight", t, {q, e}, test::random_weights(t, E, qd, rng, 0.1f));
-    b.tensor(bp + "ffn_norm.weight", DType::F32, {e}, test::f32_vector(E, rng, 1.0f, 0.1f));
-    b.tensor(bp + "ffn_gate.weight", t, {e, f}, test::random_weights(t, F, E, rng, 0.2f));
-    b.tensor(bp + "ffn_up.weight", t, {e, f}, test::random_weights(t, F, E, rng, 0.2f));
-    b.tensor(bp + "ffn_down.weight", t, {f, e}, test::random_weights(t, E, F, rng, 0.1f));
-  }
-  const std::vector<uint8_t> bytes = b.build();
-  auto file = GgufFile::from_bytes(bytes.data(), bytes.size());
-  EXPECT_TRUE(file.ok()) << file.error().message;
-  return file.ok() ? std::move(file.value()) : nullptr;
+// Each family's tiny model (tests/tiny_model.h) in a shape that reaches the kernels its spec
+// needs: Gemma 3 with heads of 256 (wider than n_embd / n_head, as the 270M's), windows of 12
+// on five local layers and a global sixth with its own RoPE base; Phi-3 with heads of 96.
+test::TinyShape family_shape(const std::string& family, DType t) {
+  test::TinyShape s;
+  s.family = family;
+  s.n_vocab = 384, s.n_embd = 128, s.n_layer = 2, s.n_head = 4, s.n_kv_head = 2, s.n_ff = 256, s.n_ctx = 256;
+  s.weight_type = t;
+  if (family == "gemma3") s.head_dim = 256, s.n_kv_head = 1, s.n_layer = 6, s.window = 12, s.tied = true;
+  if (family == "phi3") s.head_dim = 96, s.n_head = 2, s.n_kv_head = 2;
+  return s;
 }
+const char* const kFamilies[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3", "granite"};
 
 using FileMaker = std::function<std::unique_ptr<GgufFile>()>;
 
@@ -250,60 +181,41 @@ TEST(CudaForward, LogitsEqualCpuForEveryKvType) {
 TEST(CudaForward, LogitsEqualCpuForEveryFamily) {
   auto made = CudaBackend::create();
   if (!made.ok()) GTEST_SKIP() << "no GPU here: " << made.error().message;
-  const std::pair<Family, const char*> families[] = {
-      {Family::Gemma3, "gemma3"}, {Family::Granite, "granite"}, {Family::Qwen2, "qwen2"}};
-  for (auto [fam, name] : families)
+  for (const char* family : kFamilies)
     for (DType t : {DType::F32, DType::Q8_0}) {
-      SCOPED_TRACE(fmt::format("{}, {} weights", name, dtype_name(t)));
-      run_model(*made.value(), [fam, t] { return family_model_file(fam, t, 13); },
-                fmt::format("{} ({} weights)", name, dtype_name(t)), DType::F16);
+      SCOPED_TRACE(fmt::format("{}, {} weights", family, dtype_name(t)));
+      const test::TinyShape s = family_shape(family, t);
+      run_model(*made.value(), [s] { return test::tiny_model_file(s, 13); },
+                fmt::format("{} ({} weights)", family, dtype_name(t)), DType::F16);
     }
 }
 
-// Without a GPU the family models above are still checked for what they claim to be (the
-// GPU test compares against the CPU, so a builder that lost a feature would pass silently).
-TEST(CudaForward, FamilyModelsCarryTheirFeatures) {
+// Without a GPU: the shapes above hold what the GPU test means to exercise (it compares with
+// the CPU, so a shape that lost a feature would still pass there).
+TEST(CudaForward, FamilyShapesReachTheNewKernels) {
   CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 1, false});
   ModelOptions o;
   o.backend = std::shared_ptr<Backend>(&cpu, [](Backend*) {});
-  auto gemma = Model::from_gguf(family_model_file(Family::Gemma3, DType::F32, 13), o);
-  ASSERT_TRUE(gemma.ok()) << gemma.error().message;
-  const ArchSpec& gs = gemma.value()->config().spec;
-  EXPECT_EQ(gemma.value()->config().head_dim, 256);
-  EXPECT_EQ(gs.norms, NormPlacement::Sandwich);
-  EXPECT_EQ(gs.activation, GateActivation::GeluTanh);
-  EXPECT_EQ(gs.rope_style, RopeStyle::NeoxHalves);
-  EXPECT_TRUE(gs.qk_norm);
-  EXPECT_EQ(gs.rope_sets.size(), 2u);
-  EXPECT_EQ(gs.windowed_layers(), 2);
-  EXPECT_EQ(gs.max_window(), 12);
-  EXPECT_GT(gs.embedding_scale, 1.0f);
-  EXPECT_EQ(gs.logit_softcap, 4.0f);
-  {  // its CPU pass runs, and the soft-cap bounds its logits
-    Runner r(cpu, family_model_file(Family::Gemma3, DType::F32, 13), DType::F16);
-    ASSERT_TRUE(r.m && r.pool);
-    ForwardBatch b(16);
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); i++) prompt[i] = (int32_t)(i * 37 % 384);
-    ASSERT_TRUE(b.add_sequence(prompt, 0, std::vector<int32_t>{4, 1, 0}, ForwardBatch::Logits::All).ok());
-    const std::vector<float> logits = r.pass(b);
-    ASSERT_EQ(logits.size(), 40u * 384u);
-    float most = 0;
-    for (float v : logits) most = std::isfinite(v) ? std::max(most, std::fabs(v)) : INFINITY;
-    EXPECT_LE(most, 4.0f);
-    EXPECT_GT(most, 0.5f);
+  for (const char* family : kFamilies) {
+    SCOPED_TRACE(family);
+    auto m = Model::from_gguf(test::tiny_model_file(family_shape(family, DType::F32), 13), o);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const ModelConfig& c = m.value()->config();
+    EXPECT_EQ(c.spec.family, family);
+    if (c.spec.family == "gemma3") {
+      EXPECT_EQ(c.head_dim, 256);
+      EXPECT_EQ(c.spec.windowed_layers(), 5);
+      EXPECT_EQ(c.spec.max_window(), 12);
+      EXPECT_EQ(c.spec.rope_sets.size(), 2u);
+      EXPECT_EQ(c.spec.activation, GateActivation::GeluTanh);
+      EXPECT_EQ(c.spec.norms, NormPlacement::Sandwich);
+      EXPECT_GT(c.spec.embedding_scale, 1.0f);
+    }
+    if (c.spec.family == "phi3") EXPECT_EQ(c.head_dim, 96);
+    if (c.spec.family == "granite") EXPECT_NE(c.spec.residual_scale, 1.0f);
+    if (c.spec.family == "qwen2") EXPECT_TRUE(c.spec.qkv_bias);
+    if (c.spec.family != "llama" && c.spec.family != "granite") EXPECT_EQ(c.spec.rope_style, RopeStyle::NeoxHalves);
   }
-  auto granite = Model::from_gguf(family_model_file(Family::Granite, DType::F32, 13), o);
-  ASSERT_TRUE(granite.ok()) << granite.error().message;
-  const ArchSpec& rs = granite.value()->config().spec;
-  EXPECT_EQ(rs.embedding_scale, 12.0f);
-  EXPECT_EQ(rs.residual_scale, 0.22f);
-  EXPECT_EQ(rs.attention_scale, 0.0078125f);
-  EXPECT_EQ(rs.logit_scale, 0.125f);
-  auto qwen = Model::from_gguf(family_model_file(Family::Qwen2, DType::F32, 13), o);
-  ASSERT_TRUE(qwen.ok()) << qwen.error().message;
-  EXPECT_TRUE(qwen.value()->config().spec.qkv_bias);
-  EXPECT_EQ(qwen.value()->config().spec.rope_style, RopeStyle::NeoxHalves);
 }
 
 // The GPU session's check against an independent reference: scripts/gpu/torch_reference.py

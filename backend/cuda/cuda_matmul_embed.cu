@@ -21,12 +21,12 @@ __global__ void embed_kernel(const WeightView w, const int32_t* __restrict__ tok
       float v[8];
       decode8_quant(w, id, c8, v);
 #pragma unroll
-      for (int k = 0; k < 8; k++) row[c8 * 8 + k] = scale != 1.0f ? v[k] * scale : v[k];
+      for (int k = 0; k < 8; k++) row[c8 * 8 + k] = scale != 1.0f ? mul_rn(v[k], scale) : v[k];
     }
   } else {
     for (int64_t c = threadIdx.x; c < w.cols; c += blockDim.x) {
       const float v = decode_plain(w, id, c);
-      row[c] = scale != 1.0f ? v * scale : v;
+      row[c] = scale != 1.0f ? mul_rn(v, scale) : v;
     }
   }
 }
