@@ -38,8 +38,8 @@ double kv_element_bytes(DType dtype);          // 2 for f16, 34/32 for q8_0
 // lookup, the same flags on run, chat and serve.
 struct SpeculativeOptions {
   std::string mode = "off";
-  int draft_max = 8;
-  int ngram_min = 1, ngram_max = 3;
+  int draft_max = SpeculativeParams{}.draft_max;
+  int ngram_min = LookupDraftParams{}.ngram_min, ngram_max = LookupDraftParams{}.ngram_max;
   void add_to(CLI::App* sub);
   SpeculativeParams params() const;  // after CLI11 checked the names and ranges
 };

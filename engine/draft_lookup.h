@@ -12,7 +12,9 @@
 namespace tandem {
 
 struct LookupDraftParams {
-  int ngram_min = 1;  // shortest suffix worth matching
+  // Shortest suffix worth matching. A single recurring token is weak evidence: on free text
+  // its drafts are mostly rejected, so 2 by default.
+  int ngram_min = 2;
   int ngram_max = 3;  // longest suffix tried first
 };
 

@@ -196,10 +196,11 @@ std::unique_ptr<Model> tiny_model(DType wt = DType::Q8_0, uint32_t seed = 42) {
   return m.ok() ? std::move(m.value()) : nullptr;
 }
 
-SpeculativeParams lookup(int draft_max = 8) {
+SpeculativeParams lookup(int draft_max = 8, int ngram_min = 1) {
   SpeculativeParams p;
   p.mode = SpeculativeMode::Lookup;
   p.draft_max = draft_max;
+  p.lookup.ngram_min = ngram_min;
   return p;
 }
 
@@ -470,7 +471,9 @@ TEST(Speculative, RealModelGreedyEqualsPlainOnAParaphrase) {
           para.substr(0, 40),
       true, false);
   const Generated plain = generate(*m.value(), prompt, 32, SpeculativeParams{});
-  const Generated spec = generate(*m.value(), prompt, 32, lookup());
+  SpeculativeParams defaults;  // what --speculative lookup runs
+  defaults.mode = SpeculativeMode::Lookup;
+  const Generated spec = generate(*m.value(), prompt, 32, defaults);
   EXPECT_EQ(spec.tokens, plain.tokens) << "plain: " << tok.value()->decode(plain.tokens)
                                        << "\nspeculative: " << tok.value()->decode(spec.tokens);
   EXPECT_GT(spec.stats.n_accepted, 10);
