@@ -28,6 +28,8 @@ Command add_explain_command(CLI::App& app) {
   sub->add_flag("--json", a->json, "print one JSON object instead of the report");
   return [a]() -> int {
     if (a->gen.no_kv_cache) return fail("explain compares the two phases of cached inference; run without --no-kv-cache");
+    // Its decode cost model is one token per pass; verify passes are not modelled yet.
+    if (a->gen.speculative.mode != "off") return fail("explain measures plain decode; run without --speculative");
     auto lm = load_model(a->gen);
     if (!lm.ok()) return fail(lm.error().message);
     Model& model = *lm->model;

@@ -59,6 +59,7 @@ std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(
 Command add_serve_command(CLI::App& app) {
   struct Args {
     ModelLoadOptions load;
+    SpeculativeOptions speculative;
     std::string host = "127.0.0.1", api_key, api_key_file, kv_memory = "1GiB", name, chat_template_file, kv_dtype = "f16";
     bool allow_special_in_messages = false;
     int port = 8080, max_running = 64, block_tokens = 16;
@@ -92,6 +93,7 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--block-tokens", a->block_tokens, "tokens per KV block")->check(CLI::Range(1, 1024));
   sub->add_option("--max-running", a->max_running, "sequences decoded together at most")->check(CLI::Range(1, 4096));
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
+  a->speculative.add_to(sub);
   sub->add_option("--chat-template-file", a->chat_template_file, "a Jinja chat template to use instead of the model's");
   sub->add_flag("--allow-special-in-messages", a->allow_special_in_messages,
                 "special-token text inside chat messages becomes control tokens (default: text, so a user cannot forge a role)");
@@ -131,6 +133,7 @@ Command add_serve_command(CLI::App& app) {
     SchedulerOptions so;
     so.max_running = a->max_running;
     so.max_batch_tokens = a->batch_tokens;
+    so.speculative = a->speculative.params();
     server::ServingLoop loop(model, *pool.value(), so, metrics);
     server::ServerOptions opts;
     opts.host = a->host;

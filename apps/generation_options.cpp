@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <fmt/core.h>
@@ -40,6 +41,26 @@ double kv_element_bytes(DType dtype) {
   return (double)info.block_bytes / info.block_elems;
 }
 
+void SpeculativeOptions::add_to(CLI::App* sub) {
+  sub->add_option("--speculative,--draft", mode,
+                  "speculative decoding: off, or lookup (draft the continuation of the longest recent n-gram that "
+                  "recurs in the prompt and output; verify the draft in one pass; output unchanged)")
+      ->check(CLI::IsMember({"off", "lookup"}));
+  sub->add_option("--draft-max", draft_max, "speculative decoding: tokens drafted per step at most")->check(CLI::Range(1, 64));
+  sub->add_option("--lookup-ngram-min", ngram_min, "prompt lookup: shortest n-gram matched")->check(CLI::Range(1, 16));
+  sub->add_option("--lookup-ngram-max", ngram_max, "prompt lookup: longest n-gram matched (tried first)")->check(CLI::Range(1, 16));
+}
+
+SpeculativeParams SpeculativeOptions::params() const {
+  SpeculativeParams p;
+  const auto m = parse_speculative_mode(mode);
+  p.mode = m.ok() ? m.value() : SpeculativeMode::Off;
+  p.draft_max = draft_max;
+  p.lookup.ngram_min = ngram_min;
+  p.lookup.ngram_max = std::max(ngram_min, ngram_max);
+  return p;
+}
+
 void GenerationOptions::add_to(CLI::App* sub) {
   ModelLoadOptions::add_to(sub);
   sub->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->check(CLI::Range(0, 1 << 20));
@@ -53,6 +74,7 @@ void GenerationOptions::add_to(CLI::App* sub) {
   sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   add_kv_dtype_option(sub, kv_dtype);
   sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
+  speculative.add_to(sub);
 }
 
 GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
@@ -68,6 +90,7 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
   c.sampling.min_p = min_p;
   c.sampling.repeat_penalty = repeat_penalty;
   c.sampling.seed = seed >= 0 ? (uint64_t)seed : std::random_device{}();
+  c.speculative = speculative.params();
   return c;
 }
 
@@ -136,8 +159,12 @@ void print_stats(const GenerationStats& st, const Model& m, const GenerationOpti
              st.n_reused ? fmt::format(" ({} reused from the KV cache)", st.n_reused) : "");
   fmt::print(stderr, "prefill        {} tokens in {:.2f} ms = {:.1f} tok/s   TTFT {:.2f} ms\n", st.n_prompt - st.n_reused,
              st.prefill_s * 1e3, st.prefill_tok_s(), st.ttft_s * 1e3);
-  fmt::print(stderr, "decode         {} tokens in {:.2f} ms = {:.1f} tok/s   TPOT {:.2f} ms\n", st.n_decode_steps,
+  fmt::print(stderr, "decode         {} tokens in {:.2f} ms = {:.1f} tok/s   TPOT {:.2f} ms\n", st.n_decode_tokens,
              st.decode_s * 1e3, st.decode_tok_s(), st.tpot_s() * 1e3);
+  if (o.speculative.mode != "off")
+    fmt::print(stderr, "speculative    {}: {} drafted, {} accepted ({:.1f}%) in {} verify passes; {} decode passes, {:.2f} tokens each\n",
+               o.speculative.mode, st.n_drafted, st.n_accepted, 100.0 * st.acceptance_rate(), st.n_verify_steps,
+               st.n_decode_steps, st.n_decode_steps ? (double)st.n_decode_tokens / st.n_decode_steps : 0.0);
   fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated, st.stopped_by_eog ? " (stopped at end of generation)" : "");
   if (o.no_kv_cache) {
     fmt::print(stderr, "KV cache       none kept: naive mode recomputed K,V of every earlier position at each step\n"

@@ -34,6 +34,16 @@ void add_kv_dtype_option(CLI::App* sub, std::string& dtype);
 DType kv_dtype_of(const std::string& name);  // a name add_kv_dtype_option admitted
 double kv_element_bytes(DType dtype);          // 2 for f16, 34/32 for q8_0
 
+// --speculative lookup, --draft-max, --lookup-ngram-min/max: speculative decoding by prompt
+// lookup, the same flags on run, chat and serve.
+struct SpeculativeOptions {
+  std::string mode = "off";
+  int draft_max = SpeculativeParams{}.draft_max;
+  int ngram_min = LookupDraftParams{}.ngram_min, ngram_max = LookupDraftParams{}.ngram_max;
+  void add_to(CLI::App* sub);
+  SpeculativeParams params() const;  // after CLI11 checked the names and ranges
+};
+
 struct GenerationOptions : ModelLoadOptions {
   int n_predict = 128;
   float temp = 0.8f;
@@ -46,6 +56,7 @@ struct GenerationOptions : ModelLoadOptions {
   bool ignore_eos = false;
   std::string kv_dtype = "f16";
   bool quiet_stats = false;
+  SpeculativeOptions speculative;
 
   void add_to(CLI::App* sub);
   GenerationConfig config(const Vocab& vocab) const;

@@ -52,6 +52,7 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   so.max_batch_tokens = std::max<int64_t>(1, cfg.max_batch_tokens);
   so.max_running = 1;
   so.no_kv_cache = !cfg.use_kv_cache;
+  so.speculative = cfg.speculative;
   Scheduler sched(model_, *pool_, so);
   RequestParams rp;
   rp.prompt = prompt;
@@ -94,6 +95,11 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   st.n_reused = last.n_cached;
   st.stopped_by_eog = last.finish == FinishReason::Stop;
   st.n_generated = last.n_generated + (st.stopped_by_eog ? 1 : 0);
+  // Every token after the first came from a decode step (the end-of-generation one included).
+  st.n_decode_tokens = std::max(0, st.n_generated - 1);
+  st.n_drafted = sched.stats().drafted_tokens;
+  st.n_accepted = sched.stats().accepted_tokens;
+  st.n_verify_steps = sched.stats().verify_steps;
   if (first && cfg.max_new_tokens == 0) st.prefill_s = sched.stats().pass_s, st.ttft_s = 0;
   return st;
 }

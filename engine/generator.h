@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
 
@@ -24,6 +25,7 @@ struct GenerationConfig {
   std::vector<int32_t> stop_tokens;  // end-of-generation ids (from the vocabulary)
   SamplingParams sampling;
   int64_t max_batch_tokens = 512;  // prefill runs in chunks of at most this many tokens
+  SpeculativeParams speculative;   // mode Off: one token per decode step
 };
 
 struct GenerationStats {
@@ -34,13 +36,18 @@ struct GenerationStats {
   double ttft_s = 0.0;       // time to first token: prefill plus the first sample
   double decode_s = 0.0;     // total time of the decode steps
   int n_decode_steps = 0;    // steps after the first token
+  int n_decode_tokens = 0;   // tokens those steps produced (more than the steps when drafts are accepted)
+  int64_t n_drafted = 0;     // speculative decoding: tokens proposed,
+  int64_t n_accepted = 0;    //   proposed tokens the model accepted,
+  int64_t n_verify_steps = 0;  //   and decode steps that verified a draft
   uint64_t kv_bytes = 0;     // bytes of the KV pool (naive mode: its scratch blocks)
   int64_t kv_tokens = 0;     // positions the pool holds
   bool stopped_by_eog = false;
 
-  double tpot_s() const { return n_decode_steps ? decode_s / n_decode_steps : 0.0; }
+  double tpot_s() const { return n_decode_tokens ? decode_s / n_decode_tokens : 0.0; }
   double prefill_tok_s() const { return prefill_s > 0 ? (n_prompt - n_reused) / prefill_s : 0.0; }
-  double decode_tok_s() const { return decode_s > 0 ? n_decode_steps / decode_s : 0.0; }
+  double decode_tok_s() const { return decode_s > 0 ? n_decode_tokens / decode_s : 0.0; }
+  double acceptance_rate() const { return n_drafted ? (double)n_accepted / (double)n_drafted : 0.0; }
 };
 
 // Called with each generated token; return false to stop.

@@ -26,14 +26,15 @@ void Sampler::apply_repeat_penalty(std::span<const int32_t> history) {
     if (seen.count(c.id)) c.logit = c.logit > 0 ? c.logit / p_.repeat_penalty : c.logit * p_.repeat_penalty;
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+void Sampler::build_distribution(std::span<const float> logits, std::span<const int32_t> history) {
   cand_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); i++) cand_[i] = {(int32_t)i, logits[i], 0.0f};
   if (p_.repeat_penalty != 1.0f) apply_repeat_penalty(history);
   if (p_.temperature <= 0.0f) {
-    auto best = std::max_element(cand_.begin(), cand_.end(),
-                                 [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
-    return best->id;
+    const Candidate best = *std::max_element(cand_.begin(), cand_.end(),
+                                             [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
+    cand_.assign(1, {best.id, best.logit, 1.0f});
+    return;
   }
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
@@ -65,15 +66,40 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   for (auto& c : cand_) c.logit /= p_.temperature;
   softmax();
-  // Inverse-CDF draw with a uniform built from the raw 64-bit output, so a seed gives the same
-  // tokens whatever standard library is in use.
-  const double u = (double)(rng_() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740992.0); }
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  build_distribution(logits, history);
+  if (p_.temperature <= 0.0f) return cand_[0].id;  // greedy draws nothing
+  // Inverse-CDF draw.
+  const double u = uniform();
   double cum = 0.0;
   for (const auto& c : cand_) {
     cum += c.p;
     if (u < cum) return c.id;
   }
   return cand_.back().id;
+}
+
+Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft) {
+  build_distribution(logits, history);
+  if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
+  double p_draft = 0.0, rest = 0.0;
+  for (const auto& c : cand_) (c.id == draft ? p_draft : rest) += c.p;
+  if (uniform() < p_draft || rest <= 0.0) return {draft, true};
+  // Rejected: draw from the distribution without the draft, renormalized by its mass `rest`.
+  const double u = uniform() * rest;
+  double cum = 0.0;
+  int32_t last = -1;
+  for (const auto& c : cand_) {
+    if (c.id == draft) continue;
+    cum += c.p;
+    last = c.id;
+    if (u < cum) return {c.id, false};
+  }
+  return {last, false};
 }
 
 }  // namespace tandem

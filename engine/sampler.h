@@ -26,6 +26,17 @@ class Sampler {
   // history: tokens so far (prompt and generated), for the repetition penalty.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
 
+  // Speculative verification of a drafted token (a point-mass proposal): accepted with the
+  // probability p(draft) of this sampler's distribution (after penalty, top-k/p, min-p and
+  // temperature); otherwise the token is drawn from that distribution with `draft` removed and
+  // the rest renormalized. Accepted or not, the token returned is distributed exactly as
+  // sample()'s would be. Greedy: accepted iff the draft is the argmax, which is returned.
+  struct Verdict {
+    int32_t token;
+    bool accepted;
+  };
+  Verdict verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft);
+
   static int32_t argmax(std::span<const float> logits);
 
  private:
@@ -36,6 +47,9 @@ class Sampler {
   };
   void apply_repeat_penalty(std::span<const int32_t> history);
   void softmax();
+  // Leaves the final distribution in cand_ (greedy: the argmax alone, p = 1).
+  void build_distribution(std::span<const float> logits, std::span<const int32_t> history);
+  double uniform();  // [0, 1), from the raw 64-bit output: the same on every standard library
 
   SamplingParams p_;
   std::mt19937_64 rng_;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/timer.h"
+#include "engine/draft_lookup.h"
 
 namespace tandem {
 
@@ -55,7 +56,12 @@ struct Scheduler::Seq {
   bool cancelled = false;  // asked to stop (cancel()); finished at the next step
   bool finished = false;   // its finish event is sent; removed from running_ at the end of the step
   bool admitted = false;  // admitted once (a preempted sequence comes back)
-  Seq(int64_t i, RequestParams p, SeqCallback c) : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling) {}
+  SpeculativeParams spec;        // mode Off: never drafts
+  DraftBackoff backoff;
+  std::vector<int32_t> draft;    // this step's proposal after tokens.back(), verified in the pass
+  Seq(int64_t i, RequestParams p, SeqCallback c, const SpeculativeParams& sp)
+      : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling),
+        spec(params.speculative.value_or(sp)), backoff(spec.draft_max) {}
 };
 
 Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
@@ -74,7 +80,7 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
     return make_error("the prompt needs {} KV blocks; the pool has {}", need, pool_.shape().n_blocks);
   p.max_tokens = (int)std::min<int64_t>(std::max(0, p.max_tokens), ctx - (int64_t)p.prompt.size());
   const int64_t id = next_id_++;
-  auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb));
+  auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb), opts_.speculative);
   s->tokens = s->params.prompt;
   s->n_prompt = (int)s->tokens.size();
   waiting_.push_back(std::move(s));
@@ -179,18 +185,18 @@ Status Scheduler::step() {
   admit_waiting();
   const std::vector<Planned> plan = schedule();
   if (plan.empty()) return Status::Ok();
-  std::vector<Seq*> logit_seq;
+  std::vector<Planned> logit_rows;
   Timer pass_timer;
-  auto logits = run(plan, logit_seq);
+  auto logits = run(plan, logit_rows);
   stats_.pass_s += pass_timer.seconds();
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;
-    for (const Planned& p : plan) finish(*p.seq, FinishReason::Error, msg);
+    for (const Planned& p : plan) p.seq->draft.clear(), finish(*p.seq, FinishReason::Error, msg);
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
     return logits.error();
   }
-  postprocess(plan, logit_seq, logits.value());
+  postprocess(plan, logit_rows, logits.value());
   return Status::Ok();
 }
 
@@ -272,66 +278,165 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
     waiting_.push_front(std::move(running_.back()));
     running_.pop_back();
   }
+  propose_drafts(plan, budget);
   return plan;
 }
 
-Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, std::vector<Seq*>& logit_seq) {
+void Scheduler::propose_drafts(std::vector<Planned>& plan, int64_t budget) {
+  // Drafts come last: in a pass that also prefills, the budget left is what prefill did not
+  // need, and a draft only takes KV blocks that are free now (it never preempts).
+  if (opts_.no_kv_cache) return;
+  const int64_t B = pool_.block_tokens();
+  for (Planned& p : plan) {
+    Seq& s = *p.seq;
+    s.draft.clear();
+    const bool decoding = p.n == 1 && s.n_computed + 1 == (int64_t)s.tokens.size();
+    if (!decoding || s.spec.mode == SpeculativeMode::Off) continue;
+    if (s.backoff.allowed() == 0) {
+      s.backoff.step_without_draft();
+      continue;
+    }
+    // At most one token short of max_tokens: the step adds the target's own token after them.
+    const int64_t k = std::min<int64_t>({s.backoff.allowed(), s.params.max_tokens - s.n_generated - 1, budget});
+    if (k <= 0) continue;
+    s.draft = lookup_draft(s.tokens, s.spec.lookup, (int)k);
+    if (s.draft.empty()) continue;
+    if (!ensure_blocks(s, s.n_computed + 1 + (int64_t)s.draft.size())) {
+      const int64_t room = (int64_t)s.blocks.size() * B - s.n_computed - 1;
+      s.draft.resize((size_t)std::max<int64_t>(0, room));
+    }
+    p.n += (int64_t)s.draft.size();
+    budget -= (int64_t)s.draft.size();
+  }
+}
+
+Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows) {
   // The pass's batch: each planned sequence's next tokens; logits where a chunk reaches the
-  // sequence's last token (a prompt's end, or a decode token).
+  // sequence's last token (a prompt's end, or a decode token), and for every drafted token.
   ForwardBatch batch(pool_.block_tokens());
   for (const Planned& p : plan) {
     Seq& s = *p.seq;
+    if (!s.draft.empty()) {  // the decode token, then the draft at the positions after it
+      std::vector<int32_t> chunk(1, s.tokens.back());
+      chunk.insert(chunk.end(), s.draft.begin(), s.draft.end());
+      TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.blocks, ForwardBatch::Logits::All));
+      logit_rows.push_back({&s, (int64_t)chunk.size()});
+      continue;
+    }
     const bool last = s.n_computed + p.n == (int64_t)s.tokens.size();
     const std::span<const int32_t> chunk(s.tokens.data() + s.n_computed, (size_t)p.n);
     TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
-    if (last) logit_seq.push_back(&s);
+    if (last) logit_rows.push_back({&s, 1});
   }
   return model_.forward(pool_, batch);
 }
 
-void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<Seq*>& logit_seq,
+void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows,
                             std::span<const float> logits) {
   for (const Planned& p : plan) {
-    p.seq->n_computed += p.n;
+    // A drafted position counts as computed only once the target accepts its token.
+    p.seq->n_computed += p.seq->draft.empty() ? p.n : 1;
     if (!opts_.no_kv_cache) publish_full_blocks(*p.seq);
   }
-  // Sample for every sequence whose last token ran, and report.
-  const int64_t V = model_.config().n_vocab;
+  // Sample for every sequence whose last token ran (verify its draft), and report.
+  const size_t V = (size_t)model_.config().n_vocab;
   std::vector<Seq*> done;
-  for (size_t r = 0; r < logit_seq.size(); r++) {
-    Seq& s = *logit_seq[r];
-    const std::span<const float> row = logits.subspan(r * (size_t)V, (size_t)V);
+  size_t row = 0;
+  for (const Planned& lr : logit_rows) {
+    Seq& s = *lr.seq;
+    const std::span<const float> rows = logits.subspan(row * V, (size_t)lr.n * V);
+    row += (size_t)lr.n;
     if (s.n_generated >= s.params.max_tokens) {  // max_tokens == 0, or resumed at the limit
+      s.draft.clear();
       done.push_back(&s);
       continue;
     }
-    const int32_t tok = s.sampler.sample(row, s.tokens);
+    if (!s.draft.empty()) {
+      verify_draft(s, rows, done);
+      continue;
+    }
+    const int32_t tok = s.sampler.sample(rows, s.tokens);
     if (opts_.no_kv_cache) s.n_computed = 0;  // naive mode: the next pass recomputes every K,V
-    SeqEvent e;
-    e.id = s.id;
-    e.token = tok;
-    if (s.params.want_logprobs || s.params.top_logprobs > 0) {
-      const double norm = log_softmax_norm(row);
-      e.logprob = (float)((double)row[(size_t)tok] - norm);
-      if (s.params.top_logprobs > 0)
-        for (int32_t id : top_ids(row, s.params.top_logprobs)) e.top_logprobs.push_back({id, (float)((double)row[(size_t)id] - norm)});
-    }
-    const bool eog = std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
-    if (eog) {
-      finish(s, FinishReason::Stop);
-      continue;
-    }
-    s.tokens.push_back(tok);
-    s.n_generated++;
-    stats_.generated_tokens++;
-    if (!s.cb(e)) {
-      finish(s, FinishReason::Cancelled);
-      continue;
-    }
-    if (s.n_generated >= s.params.max_tokens || (int64_t)s.tokens.size() >= model_.config().n_ctx_train) done.push_back(&s);
+    emit(s, tok, rows, done);
   }
   for (Seq* s : done) finish(*s, FinishReason::Length);
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
+}
+
+bool Scheduler::emit(Seq& s, int32_t tok, std::span<const float> row, std::vector<Seq*>& done) {
+  SeqEvent e;
+  e.id = s.id;
+  e.token = tok;
+  if (s.params.want_logprobs || s.params.top_logprobs > 0) {
+    const double norm = log_softmax_norm(row);
+    e.logprob = (float)((double)row[(size_t)tok] - norm);
+    if (s.params.top_logprobs > 0)
+      for (int32_t id : top_ids(row, s.params.top_logprobs)) e.top_logprobs.push_back({id, (float)((double)row[(size_t)id] - norm)});
+  }
+  const bool eog = std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
+  if (eog) {
+    finish(s, FinishReason::Stop);
+    return false;
+  }
+  s.tokens.push_back(tok);
+  s.n_generated++;
+  stats_.generated_tokens++;
+  if (!s.cb(e)) {
+    finish(s, FinishReason::Cancelled);
+    return false;
+  }
+  if (s.n_generated >= s.params.max_tokens || (int64_t)s.tokens.size() >= model_.config().n_ctx_train) {
+    done.push_back(&s);
+    return false;
+  }
+  return true;
+}
+
+void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done) {
+  // Row j holds the target's logits after draft[0..j) (row 0: after the decode token). Walk the
+  // draft while the target accepts it; the first rejection's replacement, or after a draft
+  // accepted whole the last row's own sample, ends the step.
+  const std::vector<int32_t> draft = std::move(s.draft);
+  s.draft.clear();
+  const size_t V = (size_t)model_.config().n_vocab;
+  int accepted = 0;
+  bool alive = true;
+  for (size_t j = 0; j <= draft.size() && alive; j++) {
+    const std::span<const float> row = rows.subspan(j * V, V);
+    if (j == draft.size()) {
+      alive = emit(s, s.sampler.sample(row, s.tokens), row, done);
+      break;
+    }
+    const Sampler::Verdict v = s.sampler.verify(row, s.tokens, draft[j]);
+    if (!v.accepted) {
+      alive = emit(s, v.token, row, done);
+      break;
+    }
+    accepted++;
+    alive = emit(s, draft[j], row, done);
+  }
+  stats_.drafted_tokens += (int64_t)draft.size();
+  stats_.accepted_tokens += accepted;
+  stats_.verify_steps++;
+  s.backoff.verified((int)draft.size(), accepted);
+  if (!alive) return;  // finished (its blocks are gone) or about to be
+  // The accepted drafts' K,V were computed from accepted tokens only: they stay. Positions
+  // past them are rolled back: beyond the context length nothing reads them, and the blocks
+  // that only they used go back to the pool (the next step takes what it needs, as after a
+  // plain decode step).
+  s.n_computed += accepted;
+  trim_blocks(s, s.n_computed);
+  publish_full_blocks(s);
+}
+
+void Scheduler::trim_blocks(Seq& s, int64_t upto) {
+  const int64_t B = pool_.block_tokens();
+  const size_t keep = (size_t)((upto + B - 1) / B);
+  while (s.blocks.size() > keep) {
+    pool_.release(s.blocks.back());
+    s.blocks.pop_back();
+    s.hashes.pop_back();
+  }
 }
 
 }  // namespace tandem

@@ -18,12 +18,14 @@
 #include <functional>
 #include <span>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
 
@@ -39,6 +41,9 @@ struct RequestParams {
   std::vector<int32_t> stop_tokens;  // end-of-generation ids
   bool want_logprobs = false;
   int top_logprobs = 0;  // > 0: each token event carries this many most likely alternatives
+  // Speculative decoding for this request; unset: the scheduler's default
+  // (SchedulerOptions::speculative).
+  std::optional<SpeculativeParams> speculative;
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -64,12 +69,20 @@ struct SchedulerOptions {
   // scratch for the next pass) and the prefix cache is not used, so step n recomputes K,V of
   // all n earlier tokens: the O(n^3) baseline the KV cache exists to avoid.
   bool no_kv_cache = false;
+  // Requests that do not choose draft this way (never in naive mode). A decoding sequence's
+  // draft joins the pass after the decode tokens and prefill chunks, within the token budget,
+  // and only into free KV blocks: speculation never preempts or delays real work.
+  SpeculativeParams speculative;
 };
 
 struct SchedulerStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0;
+  // Speculative decoding: tokens proposed, proposed tokens the target accepted, and the decode
+  // steps that verified a draft.
+  int64_t drafted_tokens = 0, accepted_tokens = 0, verify_steps = 0;
+  double acceptance_rate() const { return drafted_tokens ? (double)accepted_tokens / (double)drafted_tokens : 0.0; }
   double pass_s = 0;  // time in forward passes, all steps
 };
 
@@ -95,7 +108,7 @@ class Scheduler {
 
  private:
   struct Seq;
-  struct Planned {  // a sequence and how many of its tokens this step computes
+  struct Planned {  // a sequence and how many of its tokens this step computes (or logit rows)
     Seq* seq;
     int64_t n;
   };
@@ -103,8 +116,13 @@ class Scheduler {
   void drop_cancelled();
   void admit_waiting();
   std::vector<Planned> schedule();  // tokens per sequence within the budget; blocks (preempting)
-  Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Seq*>& logit_seq);
-  void postprocess(const std::vector<Planned>& plan, const std::vector<Seq*>& logit_seq, std::span<const float> logits);
+  void propose_drafts(std::vector<Planned>& plan, int64_t budget);  // after blocks: drafts into free ones
+  Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
+  void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
+  // Reports one generated token; false when the sequence ended with it (finished, or `done`).
+  bool emit(Seq& s, int32_t tok, std::span<const float> row, std::vector<Seq*>& done);
+  void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
+  void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);

@@ -293,6 +293,7 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   rp.stop_tokens = ctx.tok.vocab().end_of_generation;
   rp.want_logprobs = pr.logprobs;
   rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
+  rp.speculative = pr.speculative;
   const int n_prompt = (int)rp.prompt.size();
   auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra));
   run->submit(std::move(rp));

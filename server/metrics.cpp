@@ -86,6 +86,10 @@ std::string Metrics::render() const {
         g_.prompt_tokens ? (double)g_.cached_prompt_tokens / g_.prompt_tokens : 0.0);
   counter("tandem_generated_tokens_total", "Tokens generated.", (double)g_.generated_tokens);
   counter("tandem_preemptions_total", "Sequences preempted (freed, recomputed later) for lack of KV blocks.", (double)g_.preemptions);
+  counter("tandem_draft_tokens_total", "Tokens proposed by speculative decoding.", (double)g_.drafted_tokens);
+  counter("tandem_draft_accepted_tokens_total", "Proposed tokens the model accepted.", (double)g_.accepted_tokens);
+  gauge("tandem_draft_acceptance_rate", "Accepted / proposed tokens of speculative decoding.",
+        g_.drafted_tokens ? (double)g_.accepted_tokens / g_.drafted_tokens : 0.0);
   counter("tandem_engine_steps_total", "Forward passes of the serving loop.", (double)g_.steps);
   gauge("tandem_generation_tokens_per_second", "Generated tokens per second, recent.", g_.tokens_per_s);
   return o;

@@ -39,6 +39,29 @@ struct Checker {
   }
 };
 
+// "speculative": a mode name, or {"mode": name, "draft_max": 1..64}; null or absent: unset.
+Status parse_speculative(Checker& c, std::optional<SpeculativeParams>* out) {
+  if (!c.body.contains("speculative") || c.body["speculative"].is_null()) return Status::Ok();
+  const json& v = c.body["speculative"];
+  const json* mode = &v;
+  SpeculativeParams p;
+  if (v.is_object()) {
+    if (!v.contains("mode")) return c.fail("speculative", "needs a 'mode' (\"lookup\" or \"off\")");
+    mode = &v["mode"];
+    if (v.contains("draft_max")) {
+      if (!v["draft_max"].is_number_integer() || v["draft_max"].get<int64_t>() < 1 || v["draft_max"].get<int64_t>() > 64)
+        return c.fail("speculative", "'draft_max' must be an integer between 1 and 64");
+      p.draft_max = (int)v["draft_max"].get<int64_t>();
+    }
+  }
+  if (!mode->is_string()) return c.fail("speculative", "must be \"lookup\", \"off\" or {\"mode\": ..., \"draft_max\": N}");
+  auto m = parse_speculative_mode(mode->get<std::string>());
+  if (!m.ok()) return c.fail("speculative", "mode must be \"lookup\" or \"off\"");
+  p.mode = m.value();
+  *out = p;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_if_absent, std::string* bad) {
@@ -93,6 +116,7 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
   int64_t n = 1;
   TANDEM_TRY(c.integer("n", 1, 128, &n));
   if (n != 1) return c.fail("n", "must be 1 (tandem returns one choice)").error();
+  TANDEM_TRY(parse_speculative(c, &r.speculative));
   TANDEM_TRY(c.boolean("stream", &r.stream));
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const json& so = body["stream_options"];

@@ -3,6 +3,7 @@
 // it into a 400 with an OpenAI error object). Unknown fields are ignored, as OpenAI does.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 
 namespace tandem::server {
 
@@ -26,6 +28,9 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with token counts
   bool logprobs = false;
   int top_logprobs = 0;  // completions: logprobs N (0..5); chat: top_logprobs (0..20)
+  // tandem's extension "speculative": "lookup" | "off" | {"mode": ..., "draft_max": N}; unset:
+  // the server's --speculative setting.
+  std::optional<SpeculativeParams> speculative;
   std::string error_param;  // which field was wrong, for the error object
 };
 

@@ -55,6 +55,8 @@ void ServingLoop::publish_gauges(double tokens_per_s) {
   g.generated_tokens = st.generated_tokens;
   g.preemptions = st.preemptions;
   g.steps = st.steps;
+  g.drafted_tokens = st.drafted_tokens;
+  g.accepted_tokens = st.accepted_tokens;
   g.tokens_per_s = tokens_per_s;
   metrics_.set_gauges(g);
 }

@@ -65,6 +65,21 @@ TEST(OpenAiRequest, ParsesAndValidates) {
     EXPECT_FALSE(b.ok()) << body.dump();
     EXPECT_EQ(bad, param) << body.dump();
   }
+  // tandem's "speculative" extension: unset by default, a mode name or an object.
+  EXPECT_FALSE(parse_request(json{{"prompt", "hi"}}, false, 1, &bad)->speculative.has_value());
+  auto spec = parse_request(json{{"prompt", "hi"}, {"speculative", "lookup"}}, false, 1, &bad);
+  ASSERT_TRUE(spec.ok() && spec->speculative);
+  EXPECT_EQ(spec->speculative->mode, SpeculativeMode::Lookup);
+  spec = parse_request(json{{"prompt", "hi"}, {"speculative", {{"mode", "lookup"}, {"draft_max", 6}}}}, false, 1, &bad);
+  ASSERT_TRUE(spec.ok() && spec->speculative);
+  EXPECT_EQ(spec->speculative->draft_max, 6);
+  spec = parse_request(json{{"prompt", "hi"}, {"speculative", "off"}}, false, 1, &bad);
+  ASSERT_TRUE(spec.ok() && spec->speculative);
+  EXPECT_EQ(spec->speculative->mode, SpeculativeMode::Off);
+  for (const json& v : {json("draft-model"), json(3), json{{"draft_max", 4}}, json{{"mode", "lookup"}, {"draft_max", 0}}}) {
+    EXPECT_FALSE(parse_request(json{{"prompt", "hi"}, {"speculative", v}}, false, 1, &bad).ok()) << v.dump();
+    EXPECT_EQ(bad, "speculative");
+  }
   EXPECT_FALSE(parse_request(json::array(), false, 1, &bad).ok());
   EXPECT_FALSE(parse_request(json{{"messages", json::array()}}, true, 1, &bad).ok());
   EXPECT_FALSE(parse_request(json{{"messages", {{{"content", "no role"}}}}}, true, 1, &bad).ok());
@@ -192,8 +207,13 @@ TEST(Metrics, PrometheusText) {
   g.prompt_tokens = 100;
   g.cached_prompt_tokens = 25;
   g.kv_blocks_total = 10;
+  g.drafted_tokens = 40;
+  g.accepted_tokens = 30;
   m.set_gauges(g);
   const std::string t = m.render();
+  EXPECT_NE(t.find("\ntandem_draft_tokens_total 40\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("\ntandem_draft_accepted_tokens_total 30\n"), std::string::npos);
+  EXPECT_NE(t.find("\ntandem_draft_acceptance_rate 0.75\n"), std::string::npos);
   EXPECT_NE(t.find("tandem_time_to_first_token_seconds_bucket{le=\"0.05\"} 1"), std::string::npos) << t;
   EXPECT_NE(t.find("tandem_time_to_first_token_seconds_bucket{le=\"0.025\"} 0"), std::string::npos);
   EXPECT_NE(t.find("tandem_requests_finished_total{reason=\"stop\"} 1"), std::string::npos);

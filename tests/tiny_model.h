@@ -27,6 +27,11 @@ struct TinyShape {
   DType weight_type = DType::F32;
   bool tied = false;
   int n_tokens = 0;  // tokens in the tokenizer's vocabulary; 0: n_vocab (a mismatch is a bad file)
+  float output_scale = 0.2f;  // output.weight's spread: larger, sharper next-token distributions
+  // Spread of attn_output and ffn_down relative to the default: near 0, the residual stream is
+  // the current token's embedding, so the model is a bigram model (its next token depends on
+  // the current token only).
+  float branch_scale = 1.0f;
 };
 
 inline std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
@@ -129,7 +134,7 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
   auto norm = [&](const std::string& name, uint64_t n) { b.tensor(name, DType::F32, {n}, f32_vector(n, rng, 1.0f, 0.1f)); };
   b.tensor("token_embd.weight", t, {E, V}, random_weights(t, V, E, rng, fam == "gemma3" ? 0.15f : 1.0f));
   norm("output_norm.weight", E);
-  if (!s.tied) b.tensor("output.weight", t, {E, V}, random_weights(t, V, E, rng, 0.2f));
+  if (!s.tied) b.tensor("output.weight", t, {E, V}, random_weights(t, V, E, rng, s.output_scale));
   for (int l = 0; l < s.n_layer; l++) {
     const std::string p = "blk." + std::to_string(l) + ".";
     norm(p + "attn_norm.weight", E);
@@ -149,7 +154,7 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
       norm(p + "attn_q_norm.weight", (uint64_t)hd);
       norm(p + "attn_k_norm.weight", (uint64_t)hd);
     }
-    b.tensor(p + "attn_output.weight", t, {Q, E}, random_weights(t, E, Q, rng, 0.1f));
+    b.tensor(p + "attn_output.weight", t, {Q, E}, random_weights(t, E, Q, rng, 0.1f * s.branch_scale));
     norm(p + "ffn_norm.weight", E);
     if (fam == "phi3") {
       b.tensor(p + "ffn_up.weight", t, {E, 2 * F}, random_weights(t, 2 * F, E, rng, 0.2f));
@@ -157,7 +162,7 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
       b.tensor(p + "ffn_gate.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
       b.tensor(p + "ffn_up.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
     }
-    b.tensor(p + "ffn_down.weight", t, {F, E}, random_weights(t, E, F, rng, 0.1f));
+    b.tensor(p + "ffn_down.weight", t, {F, E}, random_weights(t, E, F, rng, 0.1f * s.branch_scale));
     if (fam == "gemma3") {
       norm(p + "post_attention_norm.weight", E);
       norm(p + "post_ffw_norm.weight", E);

@@ -1,0 +1,30 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+
+namespace tandem {
+
+const char* speculative_mode_name(SpeculativeMode m) { return m == SpeculativeMode::Lookup ? "lookup" : "off"; }
+
+Result<SpeculativeMode> parse_speculative_mode(const std::string& name) {
+  if (name == "off" || name == "none" || name.empty()) return SpeculativeMode::Off;
+  if (name == "lookup") return SpeculativeMode::Lookup;
+  return make_error("unknown speculative mode '{}' (expected off or lookup)", name);
+}
+
+void DraftBackoff::verified(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  if (accepted >= drafted) {
+    cap_ = std::min(max_, std::max(1, cap_) * 2);
+    misses_ = 0;
+    return;
+  }
+  cap_ = std::min(max_, accepted + 1);
+  if (accepted > 0) {
+    misses_ = 0;
+    return;
+  }
+  if (++misses_ >= 2) pause_ = std::min(kMaxPause, 1 << std::min(misses_ - 1, 5));
+}
+
+}  // namespace tandem

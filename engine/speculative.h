@@ -1,0 +1,55 @@
+// Speculative decoding's settings and its per-sequence back-off. A decode step of a sequence
+// with a draft runs its next token plus the k drafted ones in one pass (the weights are read
+// once for all k + 1), and keeps the longest prefix the target agrees with plus the target's
+// own next token. Drafts that keep failing cost a wider pass for nothing, so each sequence
+// shrinks its drafts after rejections and stops drafting for a while after repeated misses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "engine/draft_lookup.h"
+
+namespace tandem {
+
+enum class SpeculativeMode { Off, Lookup };
+const char* speculative_mode_name(SpeculativeMode m);         // "off", "lookup"
+Result<SpeculativeMode> parse_speculative_mode(const std::string& name);
+
+struct SpeculativeParams {
+  SpeculativeMode mode = SpeculativeMode::Off;
+  // Tokens proposed per step at most. Each drafted token widens the verify pass; on a CPU
+  // whose matmuls are already near compute-bound at a few tokens (SmolLM2-135M, 2 threads: a
+  // 2-token pass costs ~1.5 single ones) short drafts pay best. Raise it where wider passes are
+  // nearly free (many cores, a GPU).
+  int draft_max = 4;
+  LookupDraftParams lookup;
+};
+
+// How many tokens a sequence may draft this step, from how its recent drafts fared: the
+// allowance doubles (up to draft_max) after a draft accepted whole and drops to one past the
+// accepted count after a partial one; two fully rejected drafts in a row pause drafting for 2
+// steps, and every further one doubles the pause (up to kMaxPause), so on text that does not
+// repeat itself the verify passes become rare.
+class DraftBackoff {
+ public:
+  static constexpr int kMaxPause = 32;
+  explicit DraftBackoff(int draft_max = 8) : max_(draft_max < 0 ? 0 : draft_max), cap_(max_) {}
+
+  // Tokens allowed this step; 0 while paused.
+  int allowed() const { return pause_ > 0 ? 0 : cap_; }
+  // A decode step ran without a draft (paused): one step of the pause is served.
+  void step_without_draft() {
+    if (pause_ > 0) pause_--;
+  }
+  void verified(int drafted, int accepted);
+
+ private:
+  int max_;
+  int cap_;
+  int misses_ = 0;  // fully rejected drafts in a row
+  int pause_ = 0;   // steps left without drafting
+};
+
+}  // namespace tandem

@@ -1,0 +1,484 @@
+// Speculative decoding by prompt lookup: the drafter alone, the back-off, the sampler's
+// verification rule, and the scheduler's verify pass, which must change nothing about the
+// output: greedy token for token, sampling in distribution.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "engine/draft_lookup.h"
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/speculative.h"
+#include "model/model.h"
+#include "test_paths.h"
+#include "tiny_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+// ---- the drafter ----
+
+TEST(LookupDraft, ProposesWhatFollowedTheLongestRecurringSuffix) {
+  LookupDraftParams p{1, 3};
+  // Suffix [7 8 9] occurred at 0 (followed by 1 2) and [8 9] also at 5 (followed by 5): the
+  // 3-gram wins over the more recent 2-gram.
+  const Tokens t = {7, 8, 9, 1, 2, 8, 9, 5, 6, 7, 8, 9};
+  EXPECT_EQ(lookup_draft(t, p, 2), (Tokens{1, 2}));
+  EXPECT_EQ(lookup_draft(t, p, 4), (Tokens{1, 2, 8, 9}));
+  // Capped at 2-grams: the most recent [8 9] wins.
+  EXPECT_EQ(lookup_draft(t, LookupDraftParams{1, 2}, 3), (Tokens{5, 6, 7}));
+}
+
+TEST(LookupDraft, MostRecentOccurrenceWins) {
+  const Tokens t = {4, 1, 4, 2, 4};  // [4] follows with 1 at 0, with 2 at 2
+  EXPECT_EQ(lookup_draft(t, LookupDraftParams{1, 3}, 1), (Tokens{2}));
+}
+
+TEST(LookupDraft, ContinuationRunsPeriodicallyPastTheEnd) {
+  // [1 2] recurs one period (3 tokens) back; the draft repeats the period as far as asked.
+  const Tokens t = {1, 2, 3, 1, 2};
+  EXPECT_EQ(lookup_draft(t, LookupDraftParams{1, 2}, 7), (Tokens{3, 1, 2, 3, 1, 2, 3}));
+  const Tokens same = {5, 5, 5};
+  EXPECT_EQ(lookup_draft(same, LookupDraftParams{1, 3}, 4), (Tokens{5, 5, 5, 5}));
+}
+
+TEST(LookupDraft, NothingWithoutARecurrenceOrRoom) {
+  EXPECT_TRUE(lookup_draft(Tokens{1, 2, 3, 4}, LookupDraftParams{1, 3}, 8).empty());
+  EXPECT_TRUE(lookup_draft(Tokens{1}, LookupDraftParams{1, 3}, 8).empty());
+  EXPECT_TRUE(lookup_draft(Tokens{}, LookupDraftParams{1, 3}, 8).empty());
+  EXPECT_TRUE(lookup_draft(Tokens{1, 2, 1}, LookupDraftParams{1, 3}, 0).empty());
+  // [3] recurs but 2-grams are the shortest wanted.
+  EXPECT_TRUE(lookup_draft(Tokens{3, 9, 1, 3}, LookupDraftParams{2, 3}, 4).empty());
+  EXPECT_EQ(lookup_draft(Tokens{3, 9, 1, 3}, LookupDraftParams{1, 3}, 2), (Tokens{9, 1}));
+}
+
+// ---- back-off ----
+
+TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
+  DraftBackoff b(8);
+  EXPECT_EQ(b.allowed(), 8);
+  b.verified(8, 3);  // partial: one past what was accepted
+  EXPECT_EQ(b.allowed(), 4);
+  b.verified(4, 4);  // whole: doubles
+  EXPECT_EQ(b.allowed(), 8);
+  b.verified(8, 8);
+  EXPECT_EQ(b.allowed(), 8);  // capped at draft_max
+  b.verified(8, 0);
+  EXPECT_EQ(b.allowed(), 1);  // one miss: a single-token draft next
+  b.verified(1, 0);           // two misses in a row: pause for 2 steps
+  EXPECT_EQ(b.allowed(), 0);
+  b.step_without_draft();
+  EXPECT_EQ(b.allowed(), 0);
+  b.step_without_draft();
+  EXPECT_EQ(b.allowed(), 1);
+  b.verified(1, 0);  // a third miss: a pause of 4
+  int paused = 0;
+  while (b.allowed() == 0 && paused < 100) b.step_without_draft(), paused++;
+  EXPECT_EQ(paused, 4);
+  for (int i = 0; i < 10; i++) {
+    b.verified(1, 0);
+    while (b.allowed() == 0) b.step_without_draft();
+  }
+  b.verified(1, 0);
+  paused = 0;
+  while (b.allowed() == 0) b.step_without_draft(), paused++;
+  EXPECT_EQ(paused, DraftBackoff::kMaxPause);
+  b.verified(1, 1);  // an acceptance ends the streak
+  EXPECT_EQ(b.allowed(), 2);
+  b.verified(2, 0);
+  EXPECT_EQ(b.allowed(), 1);  // a first miss again: no pause
+}
+
+TEST(SpeculativeMode, ParsesNames) {
+  EXPECT_EQ(parse_speculative_mode("lookup").value(), SpeculativeMode::Lookup);
+  EXPECT_EQ(parse_speculative_mode("off").value(), SpeculativeMode::Off);
+  EXPECT_FALSE(parse_speculative_mode("draft-model").ok());
+  EXPECT_STREQ(speculative_mode_name(SpeculativeMode::Lookup), "lookup");
+}
+
+// ---- the verification rule ----
+
+// Two-sample chi-square statistic over the bins of two equally sized samples, bins with fewer
+// than 10 counts in all pooled; and the df's critical value at p = 1e-4 (Wilson-Hilferty).
+struct ChiSquare {
+  double stat = 0;
+  int df = 0;
+  double critical() const {
+    const double z = 3.719, k = df;
+    return k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
+  }
+};
+ChiSquare chi_square(const std::map<int32_t, int>& a, const std::map<int32_t, int>& b) {
+  std::map<int32_t, std::pair<int, int>> bins;
+  for (auto& [k, n] : a) bins[k].first += n;
+  for (auto& [k, n] : b) bins[k].second += n;
+  ChiSquare c;
+  int pa = 0, pb = 0, nbins = 0;
+  auto add = [&](int x, int y) {
+    if (x + y == 0) return;
+    c.stat += (double)(x - y) * (x - y) / (x + y);
+    nbins++;
+  };
+  for (auto& [k, n] : bins) {
+    if (n.first + n.second < 10) pa += n.first, pb += n.second;
+    else add(n.first, n.second);
+  }
+  add(pa, pb);
+  c.df = std::max(1, nbins - 1);
+  return c;
+}
+
+TEST(SamplerVerify, GreedyAcceptsExactlyTheArgmax) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  Sampler s(sp);
+  const std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f};
+  EXPECT_EQ(s.verify(logits, {}, 1).accepted, true);
+  EXPECT_EQ(s.verify(logits, {}, 1).token, 1);
+  const auto v = s.verify(logits, {}, 2);
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.token, 1);
+}
+
+// Whatever the draft, verify()'s token is distributed as sample()'s: accepted with p(draft),
+// else drawn without it. A draft of moderate probability exercises both branches; a draft
+// outside top-k is always rejected.
+TEST(SamplerVerify, OutputDistributionEqualsSampling) {
+  std::vector<float> logits(12);
+  for (size_t i = 0; i < logits.size(); i++) logits[i] = std::sin((float)i * 1.7f) * 2.0f;
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 8;
+  sp.top_p = 0.97f;
+  sp.min_p = 0.02f;
+  sp.repeat_penalty = 1.3f;
+  const Tokens history = {3, 5};
+  const int n = 40000;
+  for (int32_t draft : {1, 4, 7, 11}) {
+    sp.seed = 7;
+    Sampler plain(sp);
+    sp.seed = 99;
+    Sampler spec(sp);
+    std::map<int32_t, int> a, b;
+    int accepted = 0;
+    for (int i = 0; i < n; i++) {
+      a[plain.sample(logits, history)]++;
+      const auto v = spec.verify(logits, history, draft);
+      b[v.token]++;
+      accepted += v.accepted;
+      if (v.accepted) {
+        EXPECT_EQ(v.token, draft);
+      } else {
+        EXPECT_NE(v.token, draft);
+      }
+    }
+    const ChiSquare c = chi_square(a, b);
+    EXPECT_LT(c.stat, c.critical()) << "draft " << draft << " df " << c.df;
+    // The acceptance rate is the draft's own probability under sampling.
+    EXPECT_NEAR((double)accepted / n, (double)a[draft] / n, 0.015) << "draft " << draft;
+  }
+}
+
+// ---- the scheduler's verify pass ----
+
+std::unique_ptr<Model> tiny_model(DType wt = DType::Q8_0, uint32_t seed = 42) {
+  test::TinyShape s;
+  s.weight_type = wt;
+  s.n_ctx = 256;
+  auto m = Model::from_gguf(test::tiny_model_file(s, seed));
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(m.value()) : nullptr;
+}
+
+SpeculativeParams lookup(int draft_max = 8, int ngram_min = 1) {
+  SpeculativeParams p;
+  p.mode = SpeculativeMode::Lookup;
+  p.draft_max = draft_max;
+  p.lookup.ngram_min = ngram_min;
+  return p;
+}
+
+struct Generated {
+  Tokens tokens;
+  GenerationStats stats;
+};
+
+Generated generate(Model& m, const Tokens& prompt, int n, const SpeculativeParams& spec, float temp = 0,
+                   uint64_t seed = 0, Tokens stop = {}) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = n;
+  cfg.sampling.temperature = temp;
+  cfg.sampling.seed = seed;
+  cfg.stop_tokens = std::move(stop);
+  cfg.stop_at_eog = !cfg.stop_tokens.empty();
+  cfg.speculative = spec;
+  Generated g;
+  Generator gen(m);
+  auto st = gen.generate(prompt, cfg, [&](int32_t t) {
+    g.tokens.push_back(t);
+    return true;
+  });
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  if (st.ok()) g.stats = st.value();
+  return g;
+}
+
+// A prompt that repeats a phrase, so lookup has something to propose.
+Tokens repetitive_prompt(int variant) {
+  Tokens phrase;
+  for (int t = 0; t < 7; t++) phrase.push_back((variant * 13 + t * 11) % 90 + 3);
+  Tokens p;
+  for (int r = 0; r < 4; r++) p.insert(p.end(), phrase.begin(), phrase.end());
+  p.insert(p.end(), phrase.begin(), phrase.begin() + 3);
+  return p;
+}
+
+TEST(Speculative, GreedyEqualsPlainGreedyOnTinyModels) {
+  for (DType wt : {DType::Q8_0, DType::F32}) {
+    auto m = tiny_model(wt);
+    ASSERT_NE(m, nullptr);
+    int64_t drafted = 0, accepted = 0;
+    for (int v = 0; v < 6; v++) {
+      const Tokens prompt = repetitive_prompt(v);
+      const Generated plain = generate(*m, prompt, 60, SpeculativeParams{});
+      EXPECT_EQ(plain.stats.n_drafted, 0);
+      for (int dmax : {1, 3, 8}) {
+        const Generated spec = generate(*m, prompt, 60, lookup(dmax));
+        EXPECT_EQ(spec.tokens, plain.tokens) << "prompt " << v << " draft-max " << dmax;
+        EXPECT_EQ(spec.stats.n_generated, 60);
+        EXPECT_LE(spec.stats.n_accepted, spec.stats.n_drafted);
+        // Accepted drafts save passes: tokens = decode steps + accepted drafts.
+        EXPECT_EQ(spec.stats.n_decode_tokens, spec.stats.n_decode_steps + spec.stats.n_accepted);
+        drafted += spec.stats.n_drafted;
+        accepted += spec.stats.n_accepted;
+      }
+    }
+    EXPECT_GT(accepted, 0) << "some drafts accepted";
+    EXPECT_LT(accepted, drafted) << "some drafts rejected";
+  }
+}
+
+TEST(Speculative, StopTokenInsideAnAcceptedDraftEndsThere) {
+  auto m = tiny_model();
+  const Tokens prompt = repetitive_prompt(1);
+  const Generated plain = generate(*m, prompt, 60, SpeculativeParams{});
+  // Stop at each of several tokens of the plain output: speculative output stops at the same place.
+  for (size_t at : {5ul, 20ul, 41ul}) {
+    const int32_t stop = plain.tokens[at];
+    const size_t first = (size_t)(std::find(plain.tokens.begin(), plain.tokens.end(), stop) - plain.tokens.begin());
+    const Generated a = generate(*m, prompt, 60, SpeculativeParams{}, 0, 0, {stop});
+    const Generated b = generate(*m, prompt, 60, lookup(), 0, 0, {stop});
+    EXPECT_EQ(a.tokens, Tokens(plain.tokens.begin(), plain.tokens.begin() + (ptrdiff_t)first));
+    EXPECT_EQ(b.tokens, a.tokens);
+    EXPECT_TRUE(b.stats.stopped_by_eog);
+    EXPECT_EQ(b.stats.n_generated, a.stats.n_generated);
+  }
+}
+
+std::unique_ptr<BlockPool> pool_for(Model& m, int64_t blocks, int block_tokens = 4) {
+  auto p = m.new_kv_pool(blocks, DType::F16, block_tokens);
+  EXPECT_TRUE(p.ok()) << p.error().message;
+  return p.ok() ? std::move(p.value()) : nullptr;
+}
+
+struct Collected {
+  std::map<int64_t, Tokens> tokens;
+  std::map<int64_t, SeqEvent> finished;
+  std::map<int64_t, std::vector<float>> logprobs;
+  SeqCallback callback() {
+    return [this](const SeqEvent& e) {
+      if (e.finish != FinishReason::None) {
+        finished[e.id] = e;
+      } else {
+        tokens[e.id].push_back(e.token);
+        logprobs[e.id].push_back(e.logprob);
+      }
+      return true;
+    };
+  }
+};
+
+void run_all(Scheduler& s) {
+  for (int k = 0; k < 20000 && s.has_work(); k++) ASSERT_TRUE(s.step().ok());
+  ASSERT_FALSE(s.has_work());
+}
+
+// Several sequences in one batch, some drafting and some not, prompts prefilled in chunks
+// alongside others' verify passes, and with a pool so small that sequences get preempted:
+// each sees exactly its greedy output alone, and every block comes back.
+TEST(Speculative, BatchedSequencesWithAndWithoutDraftsMatchAlone) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  for (int64_t blocks : {128, 24}) {
+    auto pool = pool_for(*m, blocks);
+    SchedulerOptions o;
+    o.max_batch_tokens = 24;
+    o.speculative = lookup();  // the default; odd requests opt out
+    Scheduler sched(*m, *pool, o);
+    Collected c;
+    std::map<int64_t, int> which;
+    for (int r = 0; r < 6; r++) {
+      RequestParams rp;
+      rp.prompt = repetitive_prompt(r);
+      rp.max_tokens = 30;
+      rp.sampling.temperature = 0;
+      rp.want_logprobs = true;
+      if (r % 2) rp.speculative = SpeculativeParams{};
+      auto id = sched.add(rp, c.callback());
+      ASSERT_TRUE(id.ok());
+      which[id.value()] = r;
+      if (r == 2) {
+        ASSERT_TRUE(sched.step().ok());  // later requests join mid-generation
+      }
+    }
+    run_all(sched);
+    for (auto& [id, r] : which) {
+      const Generated alone = generate(*m, repetitive_prompt(r), 30, SpeculativeParams{});
+      EXPECT_EQ(c.tokens[id], alone.tokens) << "request " << r << " with " << blocks << " blocks";
+      EXPECT_EQ(c.finished[id].finish, FinishReason::Length);
+      for (float lp : c.logprobs[id]) EXPECT_TRUE(lp <= 0 && std::isfinite(lp));
+    }
+    EXPECT_GT(sched.stats().accepted_tokens, 0);
+    EXPECT_GT(sched.stats().verify_steps, 0);
+    EXPECT_EQ(pool->used_blocks(), 0) << "every block returns to the pool";
+    if (blocks == 24) {
+      EXPECT_GT(sched.stats().preemptions, 0);
+    }
+  }
+}
+
+// After a verify pass the sequence holds blocks for its computed positions and the next one
+// only: those the rejected draft positions took are back in the pool.
+TEST(Speculative, RejectedPositionsReturnTheirBlocks) {
+  auto m = tiny_model();
+  auto pool = pool_for(*m, 64, 2);
+  SchedulerOptions o;
+  o.speculative = lookup();
+  Scheduler sched(*m, *pool, o);
+  // Tokens that recur but that the model does not continue that way: drafts mostly rejected.
+  RequestParams rp;
+  rp.prompt = {5, 9, 14, 5, 22, 31, 5, 40, 47, 5};
+  rp.max_tokens = 40;
+  rp.sampling.temperature = 0;
+  int64_t generated = 0;
+  auto id = sched.add(rp, [&](const SeqEvent& e) {
+    if (e.finish == FinishReason::None) generated++;
+    return true;
+  });
+  ASSERT_TRUE(id.ok());
+  int64_t checked = 0;
+  while (sched.has_work()) {
+    const int64_t before = sched.stats().drafted_tokens - sched.stats().accepted_tokens;
+    ASSERT_TRUE(sched.step().ok());
+    if (!sched.has_work()) break;
+    // Positions computed = prompt + generated - 1 (the last token runs next step): blocks
+    // for those alone, as after a plain decode step.
+    const int64_t positions = (int64_t)rp.prompt.size() + generated - 1;
+    EXPECT_EQ(pool->used_blocks(), (positions + 1) / 2) << "after step " << sched.stats().steps;
+    checked += sched.stats().drafted_tokens - sched.stats().accepted_tokens > before;
+  }
+  EXPECT_GT(checked, 0) << "some step rejected draft tokens";
+  EXPECT_EQ(pool->used_blocks(), 0);
+}
+
+// Sampling: the tokens' distribution is unchanged by speculation. A bigram model (its next
+// token depends on the current one only) with sharp distributions, after a prompt holding a
+// walk of its own, so lookup's drafts are often accepted and often rejected; thousands of
+// seeded runs with and without drafts, and a two-sample chi-square test on each of the first
+// tokens (the second onwards come from verify passes). Once with the raw distribution, once
+// through top-k, top-p, min-p and a repetition penalty (which sees the accepted tokens).
+TEST(Speculative, SamplingDistributionMatchesPlainSampling) {
+  test::TinyShape shape;
+  shape.weight_type = DType::F32;
+  shape.n_ctx = 256;
+  shape.output_scale = 0.5f;
+  shape.branch_scale = 1e-4f;
+  auto loaded = Model::from_gguf(test::tiny_model_file(shape, 7));
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  Model& m = *loaded.value();
+  Tokens prompt = repetitive_prompt(2);
+  for (float temp : {1.0f, 0.0f}) {  // a random walk, then the greedy one
+    const Generated walk = generate(m, prompt, 60, SpeculativeParams{}, temp, 5);
+    prompt.insert(prompt.end(), walk.tokens.begin(), walk.tokens.end());
+  }
+  const int n = 2500, len = 4;
+  auto run = [&](bool spec, uint64_t seed0, SamplingParams sp, SchedulerStats& stats) {
+    std::vector<std::map<int32_t, int>> hist(len);
+    auto pool = pool_for(m, 1024, 16);
+    SchedulerOptions o;
+    o.max_running = 64;
+    o.max_batch_tokens = 4096;
+    if (spec) o.speculative = lookup(4);
+    Scheduler sched(m, *pool, o);
+    Collected c;
+    for (int i = 0; i < n; i++) {
+      RequestParams rp;
+      rp.prompt = prompt;
+      rp.max_tokens = len;
+      rp.sampling = sp;
+      rp.sampling.seed = seed0 + (uint64_t)i;
+      EXPECT_TRUE(sched.add(rp, c.callback()).ok());
+    }
+    run_all(sched);
+    for (auto& [id, toks] : c.tokens) {
+      EXPECT_EQ(toks.size(), (size_t)len);
+      for (size_t j = 0; j < toks.size() && j < (size_t)len; j++) hist[j][toks[j]]++;
+    }
+    stats = sched.stats();
+    EXPECT_EQ(pool->used_blocks(), 0);
+    return hist;
+  };
+  SamplingParams raw;
+  raw.temperature = 1.0f, raw.top_k = 0, raw.top_p = 1.0f, raw.min_p = 0.0f;
+  SamplingParams chain;
+  chain.temperature = 0.8f, chain.top_k = 12, chain.top_p = 0.9f, chain.min_p = 0.03f, chain.repeat_penalty = 1.2f;
+  for (const SamplingParams& sp : {raw, chain}) {
+    SchedulerStats plain_stats, spec_stats;
+    const auto plain = run(false, 1, sp, plain_stats);
+    const auto spec = run(true, 1000000, sp, spec_stats);
+    EXPECT_EQ(plain_stats.drafted_tokens, 0);
+    EXPECT_GT(spec_stats.accepted_tokens, n / 2) << "drafts often accepted";
+    EXPECT_GT(spec_stats.drafted_tokens - spec_stats.accepted_tokens, n / 2) << "and often rejected";
+    EXPECT_LT(spec_stats.steps, plain_stats.steps) << "accepted drafts save passes";
+    for (int j = 0; j < len; j++) {
+      const ChiSquare c = chi_square(plain[(size_t)j], spec[(size_t)j]);
+      EXPECT_LT(c.stat, c.critical()) << "token " << j << ": df " << c.df << " (top_k " << sp.top_k << ")";
+    }
+  }
+}
+
+// ---- the real model ----
+
+TEST(Speculative, RealModelGreedyEqualsPlainOnAParaphrase) {
+  const std::string path = test::default_model_path();
+  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  auto tok = Tokenizer::from_gguf(m.value()->gguf());
+  ASSERT_TRUE(tok.ok());
+  const std::string para =
+      "The history of the bicycle begins in the early nineteenth century, when inventors in Europe experimented "
+      "with two-wheeled machines pushed along by the rider's feet. Later designs added pedals, chains and "
+      "pneumatic tyres, and within a few decades cycling had become popular.";
+  const Tokens prompt = tok.value()->encode(
+      "Here is a paragraph:\n\n" + para + "\n\nRepeat the paragraph word for word, replacing 'Europe' with 'France'.\n\n" +
+          para.substr(0, 40),
+      true, false);
+  const Generated plain = generate(*m.value(), prompt, 32, SpeculativeParams{});
+  SpeculativeParams defaults;  // what --speculative lookup runs
+  defaults.mode = SpeculativeMode::Lookup;
+  const Generated spec = generate(*m.value(), prompt, 32, defaults);
+  EXPECT_EQ(spec.tokens, plain.tokens) << "plain: " << tok.value()->decode(plain.tokens)
+                                       << "\nspeculative: " << tok.value()->decode(spec.tokens);
+  EXPECT_GT(spec.stats.n_accepted, 10);
+  EXPECT_LT(spec.stats.n_decode_steps, plain.stats.n_decode_steps);
+}
+
+}  // namespace
+}  // namespace tandem
