@@ -6,9 +6,10 @@
 # (tandem serve under the Python server tests) fails this script even if its test passed.
 #   scripts/sanitize.sh [ctest arguments, e.g. -R Scheduler]
 #   SANITIZE_EXCLUDE=regex  tests to leave out (ctest -E); by default the three slowest numeric
-#     checks on the real model (over 15 minutes under ASan on 2 cores). Their code paths still
-#     run sanitized: RealModel.PrefillDecodeAndNoCacheAgreeOn64Tokens, the tiny-model tests and
-#     server_openai drive the same forward passes. SANITIZE_EXCLUDE= (empty) runs everything.
+#     checks on the real model (over 15 minutes under ASan on 2 cores) and the peer replay (half
+#     a billion parameters per model). Their code paths still run sanitized:
+#     RealModel.PrefillDecodeAndNoCacheAgreeOn64Tokens, the tiny-model tests of every family,
+#     reference_logits_families and server_openai drive the same forward passes. SANITIZE_EXCLUDE= (empty) runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-asan
@@ -23,7 +24,7 @@ export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:strict_strin
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
 export LSAN_OPTIONS="log_path=$logs/lsan"
 
-slowest='^(reference_logits|RealModel\.GreedyCachedEqualsNaiveFor64Tokens|RealModel\.GreedyAgreesWithPeerAtEveryStep)$'
+slowest='^(reference_logits|peer_greedy_replay|RealModel\.GreedyCachedEqualsNaiveFor64Tokens|RealModel\.GreedyAgreesWithPeerAtEveryStep)$'
 exclude=()
 [ -n "${SANITIZE_EXCLUDE-$slowest}" ] && exclude=(-E "${SANITIZE_EXCLUDE-$slowest}")
 status=0
