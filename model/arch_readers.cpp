@@ -32,8 +32,7 @@ ArchSpec base_spec(const GgufFile& f, const ModelConfig& c, std::string family) 
   s.rope_sets = {RopeSet{c.rope_base, c.rope_linear_scale, true}};
   s.layers.assign((size_t)c.n_layer, LayerSpec{});
   s.attention_scale = 1.0f / std::sqrt((float)c.head_dim);
-  s.fused_qkv = has_tensor(f, "blk.0.attn_qkv.weight");
-  s.fused_gate_up = !has_tensor(f, "blk.0.ffn_gate.weight") && has_tensor(f, "blk.0.ffn_up.weight");
+  s.fused_qkv = has_tensor(f, "blk.0.attn_qkv.weight");  // unambiguous whoever writes it
   return s;
 }
 
@@ -91,6 +90,8 @@ Result<ArchSpec> read_phi3(const GgufFile& f, const ModelConfig& c) {
     return make_error("this Phi-3 file uses LongRoPE factors (rope_factors_long/short), which tandem does not support");
   ArchSpec s = base_spec(f, c, "phi3");
   s.rope_style = RopeStyle::NeoxHalves;
+  // Only Phi-3 stacks gate and up in ffn_up: elsewhere a missing ffn_gate is a broken file.
+  s.fused_gate_up = !has_tensor(f, "blk.0.ffn_gate.weight");
   return s;
 }
 
