@@ -27,6 +27,31 @@ struct QuantVector {
   std::vector<float> values;  // as the gguf Python package decodes them
 };
 
+// A paged copy of contiguous K and V rows (n_ctx rows each): blocks of bt tokens, K then V in
+// each block, block i of the sequence at pool block block_of(i, n_blocks).
+struct PagedCopy {
+  std::vector<uint8_t> pool;
+  std::vector<int32_t> table;
+  PagedKvView view;
+};
+template <typename BlockOf>
+PagedCopy paged_copy(const std::vector<uint8_t>& k, const std::vector<uint8_t>& v, int64_t n_ctx, int bt,
+                     BlockOf block_of) {
+  PagedCopy p;
+  const int64_t n_blocks = (n_ctx + bt - 1) / bt;
+  const size_t row = k.size() / (size_t)n_ctx;
+  p.pool.resize((size_t)n_blocks * 2 * bt * row);
+  p.table.resize((size_t)n_blocks);
+  for (int64_t b = 0; b < n_blocks; b++) p.table[(size_t)b] = (int32_t)block_of(b, n_blocks);
+  for (int64_t t = 0; t < n_ctx; t++) {
+    uint8_t* at = p.pool.data() + (size_t)p.table[(size_t)(t / bt)] * 2 * bt * row + (size_t)(t % bt) * row;
+    std::memcpy(at, k.data() + t * row, row);
+    std::memcpy(at + bt * row, v.data() + t * row, row);
+  }
+  p.view = PagedKvView{p.pool.data(), 2 * bt * row, 0, bt * row, row, bt, p.table.data()};
+  return p;
+}
+
 std::vector<QuantVector> load_vectors() {
   std::ifstream f(std::string(TANDEM_SOURCE_DIR) + "/tests/data/quant_vectors.bin", std::ios::binary);
   std::vector<QuantVector> out;
@@ -724,18 +749,8 @@ TEST(Kernels, AttentionOverQ8_0CacheEveryIsa) {
       ASSERT_TRUE(dequantize_row(DType::Q8_0, kq.data(), kd.data(), (int64_t)kd.size()));
       ASSERT_TRUE(dequantize_row(DType::Q8_0, vq.data(), vd.data(), (int64_t)vd.size()));
       // The paged copy: 16-token blocks, placed in reverse order in a pool with K then V per block.
-      const int bt = 16;
-      const int64_t n_blocks = (c.n_ctx + bt - 1) / bt;
-      const size_t row = kq.size() / (size_t)c.n_ctx;
-      std::vector<uint8_t> pool((size_t)n_blocks * 2 * bt * row);
-      std::vector<int32_t> table(n_blocks);
-      for (int64_t b = 0; b < n_blocks; b++) table[b] = (int32_t)(n_blocks - 1 - b);
-      for (int64_t t = 0; t < c.n_ctx; t++) {
-        uint8_t* at = pool.data() + (size_t)table[t / bt] * 2 * bt * row + (size_t)(t % bt) * row;
-        std::memcpy(at, kq.data() + t * row, row);
-        std::memcpy(at + bt * row, vq.data() + t * row, row);
-      }
-      const PagedKvView view{pool.data(), 2 * bt * row, 0, bt * row, row, bt, table.data()};
+      const PagedCopy paged_kv = paged_copy(kq, vq, c.n_ctx, 16, [](int64_t b, int64_t n) { return n - 1 - b; });
+      const PagedKvView& view = paged_kv.view;
       std::vector<int64_t> pos(n_q);
       std::vector<int> seq(n_q, 0);
       for (int64_t i = 0; i < n_q; i++) pos[i] = pos0 + i;
@@ -834,18 +849,9 @@ TEST(Kernels, WindowedAttentionOnWideHeadsEveryIsa) {
         kb.resize(k.size() * 4), vb.resize(v.size() * 4);
         std::memcpy(kb.data(), k.data(), kb.size()), std::memcpy(vb.data(), v.data(), vb.size());
       }
-      const int bt = 16;
-      const int64_t n_blocks = (c.n_ctx + bt - 1) / bt;
-      const size_t row = kb.size() / (size_t)c.n_ctx;
-      std::vector<uint8_t> pool((size_t)n_blocks * 2 * bt * row);
-      std::vector<int32_t> table(n_blocks);
-      for (int64_t b = 0; b < n_blocks; b++) table[b] = (int32_t)((b * 7) % n_blocks);  // 7 is prime to every count here
-      for (int64_t t = 0; t < c.n_ctx; t++) {
-        uint8_t* at = pool.data() + (size_t)table[t / bt] * 2 * bt * row + (size_t)(t % bt) * row;
-        std::memcpy(at, kb.data() + t * row, row);
-        std::memcpy(at + bt * row, vb.data() + t * row, row);
-      }
-      const PagedKvView view{pool.data(), 2 * bt * row, 0, bt * row, row, bt, table.data()};
+      // 7 is prime to every block count here, so (b * 7) % n is a permutation
+      const PagedCopy paged_kv = paged_copy(kb, vb, c.n_ctx, 16, [](int64_t b, int64_t n) { return (b * 7) % n; });
+      const PagedKvView& view = paged_kv.view;
       std::vector<int64_t> pos(n_q);
       std::vector<int> seq(n_q, 0);
       for (int64_t i = 0; i < n_q; i++) pos[i] = pos0 + i;
