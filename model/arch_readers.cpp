@@ -98,7 +98,7 @@ Result<ArchSpec> read_phi3(const GgufFile& f, const ModelConfig& c) {
 // Which layers of a sliding-window model are windowed: the file's per-layer array, or a
 // period n (every n-th layer, the last of each period, attends globally; 0: every layer is
 // windowed), by default `period`.
-Result<std::vector<bool>> windowed_layers(const GgufFile& f, const std::string& key, int n_layer, uint64_t period) {
+Result<std::vector<bool>> read_windowed_layers(const GgufFile& f, const std::string& key, int n_layer, uint64_t period) {
   std::vector<bool> windowed((size_t)n_layer);
   if (const GgufArray* a = f.get_array(key)) {
     if (a->count != (uint64_t)n_layer)
@@ -146,7 +146,7 @@ Result<ArchSpec> read_gemma3(const GgufFile& f, const ModelConfig& c) {
   auto local_base = positive_float(f, p + "rope.freq_base_swa", 10000.0);
   if (!local_base.ok()) return local_base.error();
   s.rope_sets.push_back(RopeSet{*local_base, 1.0, false});
-  auto windowed = windowed_layers(f, p + "attention.sliding_window_pattern", c.n_layer, 6);
+  auto windowed = read_windowed_layers(f, p + "attention.sliding_window_pattern", c.n_layer, 6);
   if (!windowed.ok()) return windowed.error();
   for (int i = 0; i < c.n_layer; i++)
     if ((*windowed)[(size_t)i]) s.layers[(size_t)i] = LayerSpec{1, (int64_t)**window};
