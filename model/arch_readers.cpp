@@ -97,7 +97,8 @@ Result<ArchSpec> read_phi3(const GgufFile& f, const ModelConfig& c) {
 
 // Which layers of a sliding-window model are windowed: the file's per-layer array, or a
 // period n (every n-th layer, the last of each period, attends globally; 0: every layer is
-// windowed), by default `period`.
+// windowed), by default `period`. A period longer than the model (a cut-down file) leaves
+// every layer windowed, as llama.cpp reads it.
 Result<std::vector<bool>> read_windowed_layers(const GgufFile& f, const std::string& key, int n_layer, uint64_t period) {
   std::vector<bool> windowed((size_t)n_layer);
   if (const GgufArray* a = f.get_array(key)) {
@@ -112,7 +113,7 @@ Result<std::vector<bool>> read_windowed_layers(const GgufFile& f, const std::str
   auto v = f.get_uint(key);
   if (!v.ok()) return v.error();
   if (v->has_value()) period = **v;
-  if (period > (uint64_t)n_layer + 1) return make_error("metadata '{}' = {} is out of range", key, period);
+  if (period > (1u << 30)) return make_error("metadata '{}' = {} is out of range", key, period);
   for (int i = 0; i < n_layer; i++) windowed[(size_t)i] = period == 0 || (uint64_t)i % period < period - 1;
   return windowed;
 }
