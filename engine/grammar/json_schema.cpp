@@ -478,19 +478,23 @@ class SchemaConverter {
       extra_kv = add_rule(hint + "-extra-kv", fmt::format(R"({} {} ":" {} {} {})", common("string"), ws, ws, extra_value, ws));
 
     // after[i]: members i.. when one has been written (each preceded by a comma);
-    // first[i]: members i.. when none has been written yet.
+    // first[i]: members i.. when none has been written yet, needed up to the first required one.
     const size_t n = members.size();
-    std::string after = extra_kv.empty() ? "" : fmt::format(R"(( "," {} {} )*)", ws, extra_kv);
-    std::string first = extra_kv.empty() ? "" : fmt::format("( {} {} )?", extra_kv, after);
-    if (!after.empty()) after = add_rule(hint + "-after-" + std::to_string(n), after);
-    if (!first.empty()) first = add_rule(hint + "-first-" + std::to_string(n), first);
+    size_t first_required = n;
+    for (size_t i = 0; i < n && first_required == n; i++)
+      if (members[i].required) first_required = i;
+    std::string after, first;
+    if (!extra_kv.empty()) {
+      after = add_rule(hint + "-after-" + std::to_string(n), fmt::format(R"(( "," {} {} )*)", ws, extra_kv));
+      first = add_rule(hint + "-first-" + std::to_string(n), fmt::format("( {} {} )?", extra_kv, after));
+    }
     for (size_t i = n; i-- > 0;) {
       const Member& m = members[i];
       const std::string item = m.required ? fmt::format(R"("," {} {})", ws, m.kv) : fmt::format(R"(( "," {} {} )?)", ws, m.kv);
       const std::string this_first = m.kv + (after.empty() ? "" : " " + after);
       const std::string first_body = m.required ? this_first : this_first + " | " + (first.empty() ? "\"\"" : first);
+      if (i <= first_required) first = add_rule(hint + "-first-" + std::to_string(i), first_body);
       if (i > 0) after = add_rule(hint + "-after-" + std::to_string(i), item + (after.empty() ? "" : " " + after));
-      first = add_rule(hint + "-first-" + std::to_string(i), first_body);
     }
     return Body{fmt::format(R"("{{" {} {}"}}")", ws, first.empty() ? "" : first + " "), false};
   }
