@@ -201,7 +201,7 @@ TEST(JsonSchemaErrors, UnsupportedKeywordsNameThemAndTheirPath) {
   expect_schema_error(R"({"type": "array", "items": {"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^x"}}}})",
                       {"schema at /items/properties/a~1b", "'pattern'"});
   expect_schema_error(R"({"type": "integer", "minimum": 0})", {"schema at /:", "'minimum' = 0 is not supported"});
-  expect_schema_error(R"({"allOf": [{"type": "string"}]})", {"'allOf' is not supported"});
+  expect_schema_error(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", {"'allOf' is supported with exactly one"});
   expect_schema_error(R"({"$defs": {"x": {"type": "string", "uniqueItems": true}}, "$ref": "#/$defs/x"})",
                       {"schema at /$defs/x", "'uniqueItems'"});
   expect_schema_error(R"({"type": "array", "prefixItems": [{"type": "string"}]})", {"'prefixItems'"});
@@ -238,6 +238,19 @@ TEST(JsonSchemaErrors, DeepNestingIsAnErrorNotACrash) {
   for (int i = 0; i < 100; i++) refs += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
   refs += R"("d100": {"type": "null"}}, "$ref": "#/$defs/d0"})";
   expect_schema_error(refs, {"nested deeper than 64"});
+}
+
+TEST(JsonSchema, AllOfOneSchemaIsThatSchema) {
+  expect_documents(R"({"type": "object", "properties": {"c": {"allOf": [{"$ref": "#/$defs/Color"}], "description": "d"}},
+                       "required": ["c"], "$defs": {"Color": {"enum": ["red", "green"], "type": "string"}}})",
+                   {R"({"c":"red"})", R"({"c":"green"})"}, {R"({"c":"blue"})", "{}"});
+}
+
+TEST(JsonSchemaErrors, DeepEnumValuesAreAnErrorNotACrash) {
+  std::string deep_value(100000, '[');
+  deep_value += std::string(100000, ']');
+  expect_schema_error(R"({"enum": [)" + deep_value + "]}", {"'enum' holds values nested deeper than 64"});
+  expect_schema_error(R"({"const": )" + deep_value + "}", {"'const' holds values nested deeper than 64"});
 }
 
 TEST(JsonSchema, SchemaTrueAndEmptyAcceptAnyValue) {

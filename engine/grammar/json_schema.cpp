@@ -46,7 +46,7 @@ const std::set<std::string> kAnnotations = {"description", "title",    "$comment
 // Keywords this converter honours; the type each applies to ("" for any).
 const std::map<std::string, std::string> kSupported = {
     {"type", ""},          {"enum", ""},          {"const", ""},         {"anyOf", ""},
-    {"oneOf", ""},         {"$ref", ""},          {"$defs", ""},         {"definitions", ""},
+    {"oneOf", ""},         {"allOf", ""},         {"$ref", ""},          {"$defs", ""},         {"definitions", ""},
     {"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
     {"items", "array"},    {"minItems", "array"}, {"maxItems", "array"},
     {"minLength", "string"}, {"maxLength", "string"},
@@ -92,6 +92,16 @@ bool type_matches(const ordered_json& v, const std::string& type) {
     if (!v.is_number_float()) return false;
     const double d = v.get<double>();
     return d == static_cast<double>(static_cast<long long>(d));
+  }
+  return false;
+}
+
+// Whether `v` nests arrays/objects more than `limit` deep; recursion stops at the limit.
+bool deeper_than(const ordered_json& v, int limit) {
+  if (!v.is_structured()) return false;
+  if (limit <= 0) return true;
+  for (const auto& e : v) {
+    if (deeper_than(e, limit - 1)) return true;
   }
   return false;
 }
@@ -198,6 +208,7 @@ class SchemaConverter {
     }
     for (const char* defs : {"$defs", "definitions"})
       if (schema.contains(defs) && !schema[defs].is_object()) return error(path, fmt::format("'{}' must be an object", defs));
+    if (schema.contains("allOf")) return visit_all_of(schema, path, hint, depth);
     if (schema.contains("$ref")) return visit_ref(schema, path, depth);
     if (schema.contains("enum") || schema.contains("const")) return visit_enum(schema, path);
     if (schema.contains("anyOf") || schema.contains("oneOf")) return visit_any_of(schema, path, hint, depth);
@@ -214,6 +225,16 @@ class SchemaConverter {
       return error(path, fmt::format("'{}' alongside '{}' is not supported", key, keyword));
     }
     return Status::Ok();
+  }
+
+  // allOf of one schema is that schema (pydantic writes a described $ref so); an intersection
+  // of several is not something a grammar can build in general.
+  Result<Body> visit_all_of(const ordered_json& schema, const std::string& path, const std::string& hint, int depth) {
+    TANDEM_TRY(only_alongside(schema, path, "allOf", {}));
+    const ordered_json& parts = schema["allOf"];
+    if (!parts.is_array() || parts.size() != 1)
+      return error(path, "'allOf' is supported with exactly one schema (an intersection of several is not)");
+    return visit(parts[0], path + "/allOf/0", hint, depth + 1);
   }
 
   Result<Body> visit_ref(const ordered_json& schema, const std::string& path, int depth) {
@@ -250,6 +271,11 @@ class SchemaConverter {
     TANDEM_TRY(only_alongside(schema, path, has_enum ? "enum" : "const", {"type", "enum", "const"}));
     std::vector<std::string> types;
     TANDEM_TRY(read_types(schema, path, types));
+    // Values are compared and written recursively: bound their depth first.
+    for (const char* key : {"enum", "const"})
+      if (schema.contains(key) && deeper_than(schema[key], limits_.max_nesting))
+        return error(path, fmt::format("'{}' holds values nested deeper than {} (GrammarLimits::max_nesting)", key,
+                                       limits_.max_nesting));
     std::vector<ordered_json> values;
     if (has_enum) {
       if (!schema["enum"].is_array()) return error(path, "'enum' must be an array");
