@@ -289,6 +289,14 @@ ws_1 ::= " "
   EXPECT_EQ(g->source, "GBNF");
 }
 
+TEST(Gbnf, WindowsLineEndings) {
+  auto g = gbnf("root ::= x \"b\"\r\n# note\r\nx ::= \"a\"\r\n  | \"c\"\r\n");
+  ASSERT_TRUE(g);
+  EXPECT_ACCEPTS(g, "ab");
+  EXPECT_ACCEPTS(g, "cb");
+  EXPECT_REJECTS(g, "a\rb");
+}
+
 TEST(Gbnf, ParsesLlamaCppJsonGrammar) {
   // llama.cpp's grammars/json.gbnf, as its users write it.
   auto g = gbnf(R"(root   ::= object

@@ -65,6 +65,8 @@ TEST(JsonSchema, WhitespaceIsBounded) {
   EXPECT_FALSE(test::earley_accepts(*g, "{\n" + std::string(21, ' ') + "\"a\":1}"));
   EXPECT_FALSE(test::earley_accepts(*g, "{  \"a\":1}"));
   EXPECT_FALSE(test::earley_accepts(*g, "{\n\n\"a\":1}"));
+  EXPECT_FALSE(test::earley_accepts(*g, "{\t\"a\":1}"));
+  EXPECT_FALSE(test::earley_accepts(*g, "{\r\n\"a\":1}"));
 }
 
 TEST(JsonSchema, StringsFollowJsonEscapesAndForbidRawControls) {
