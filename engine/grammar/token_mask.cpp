@@ -34,9 +34,10 @@ class LazyDfa {
   }
   int32_t start() const { return start_; }
 
-  int32_t next(int32_t s, uint8_t b) {
-    const int32_t known = next_[(size_t)s * 256 + b];
-    if (known >= 0) return known;
+  // [state * 256 + byte]: the next state, -1 while not yet known (then fill() it). Valid until
+  // the next fill().
+  const int32_t* table() const { return next_.data(); }
+  int32_t fill(int32_t s, uint8_t b) {
     int32_t t = 0;
     if (arena_.step(sets_[s], b, scratch_) && !scratch_.empty()) t = id_of(scratch_);
     next_[(size_t)s * 256 + b] = t;
@@ -93,20 +94,40 @@ TokenMask TokenMasker::compute(const Matcher& m) const {
   if (m.can_end())
     for (int32_t t : end_tokens_) mask.bits[t / 64] |= 1ull << (t % 64);
   LazyDfa dfa(*m.flat_grammar(), m.state());
-  std::vector<int32_t> at_depth(trie_.max_depth() + 1);  // [depth]: the DFA state after the path's bytes
+  const int32_t* table = dfa.table();
+  // The walk is branch-light on purpose: whether the next node is a child or a sibling, and
+  // whether a node ends a token, follow no pattern a branch predictor could learn, and a
+  // mispredict per node would cost more than the rest of the node's work. Nodes without a token
+  // set a bit in a scratch word past the mask's end instead.
+  const size_t n_words = mask.bits.size();
+  mask.bits.push_back(0);
+  uint64_t* bits = mask.bits.data();
+  const uint32_t scratch_slot = (uint32_t)n_words * 64;
+  std::vector<int32_t> at_depth(trie_.max_depth() + 1);  // [d]: the DFA state after the path's first d bytes
   at_depth[0] = dfa.start();
-  const int32_t n = trie_.size();
-  for (int32_t i = 0; i < n;) {
-    const int d = trie_.depth(i);
-    const int32_t s = dfa.next(at_depth[d - 1], trie_.byte(i));
-    if (s == 0) {  // no stack survives this prefix: nor any token under it
-      i = trie_.subtree_end(i);
-      continue;
+  const TokenTrie::Node* nodes = trie_.nodes();
+  for (int32_t i = 0, n = trie_.size(); i < n;) {
+    const TokenTrie::Node node = nodes[i];
+    const int32_t parent = at_depth[node.depth - 1];
+    int32_t s = table[(size_t)parent * 256 + node.byte];
+    if (s <= 0) [[unlikely]] {
+      if (s < 0) {
+        s = dfa.fill(parent, node.byte);
+        table = dfa.table();
+      }
+      if (s == 0) {  // no stack survives this prefix: nor any token under it
+        i = node.end;
+        continue;
+      }
     }
-    at_depth[d] = s;
-    for (const int32_t* t = trie_.tokens_begin(i); t != trie_.tokens_end(i); t++) mask.bits[*t / 64] |= 1ull << (*t % 64);
+    at_depth[node.depth] = s;
+    const uint32_t slot = node.token >= 0 ? (uint32_t)node.token : scratch_slot;
+    bits[slot / 64] |= 1ull << (slot % 64);
+    if (node.more_tokens) [[unlikely]]
+      for (const int32_t* t = trie_.tokens_begin(i); t != trie_.tokens_end(i); t++) bits[*t / 64] |= 1ull << (*t % 64);
     i++;
   }
+  mask.bits.pop_back();
   return mask;
 }
 

@@ -20,24 +20,28 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes, const std::vec
     size_t common = 0;
     while (common < s.size() && common < prev.size() && s[common] == prev[common]) common++;
     while (path.size() > common) {
-      end_[path.back()] = (int32_t)byte_.size();
+      nodes_[path.back()].end = (int32_t)nodes_.size();
       path.pop_back();
     }
     for (size_t d = common; d < s.size(); d++) {
-      path.push_back((int32_t)byte_.size());
-      byte_.push_back((uint8_t)s[d]);
-      depth_.push_back((uint16_t)(d + 1));
-      end_.push_back(0);
+      path.push_back((int32_t)nodes_.size());
+      nodes_.push_back(Node{(uint8_t)s[d], 0, (uint16_t)(d + 1), 0, -1});
       tok_begin_.push_back(k);
       tok_end_.push_back(k);
     }
     // A node made for this string starts its token range at k; an equal string extends it.
+    Node& last = nodes_[path.back()];
     tok_end_[path.back()] = k + 1;
+    if (last.token < 0) {
+      last.token = order_[k];
+    } else {
+      last.more_tokens = 1;
+    }
     max_depth_ = std::max(max_depth_, (int)s.size());
     prev = s;
   }
   while (!path.empty()) {
-    end_[path.back()] = (int32_t)byte_.size();
+    nodes_[path.back()].end = (int32_t)nodes_.size();
     path.pop_back();
   }
 }

@@ -17,21 +17,25 @@ class TokenTrie {
   // Tokens listed in `token_bytes` with non-empty bytes, except those `skip[t]` marks.
   TokenTrie(const std::vector<std::string>& token_bytes, const std::vector<bool>& skip);
 
-  int32_t size() const { return (int32_t)byte_.size(); }
-  int max_depth() const { return max_depth_; }
-
   // Node i, in preorder: the byte on the edge into it, its depth (1 for the root's children),
-  // the index after its subtree, and the tokens whose bytes end exactly there.
-  uint8_t byte(int32_t i) const { return byte_[i]; }
-  int depth(int32_t i) const { return depth_[i]; }
-  int32_t subtree_end(int32_t i) const { return end_[i]; }
+  // the index after its subtree, and the first token whose bytes end exactly there (-1: none).
+  // A node ending several tokens with equal bytes has more_tokens set; tokens(i) lists them all.
+  struct Node {
+    uint8_t byte;
+    uint8_t more_tokens;
+    uint16_t depth;
+    int32_t end;
+    int32_t token;
+  };
+
+  int32_t size() const { return (int32_t)nodes_.size(); }
+  int max_depth() const { return max_depth_; }
+  const Node* nodes() const { return nodes_.data(); }
   const int32_t* tokens_begin(int32_t i) const { return order_.data() + tok_begin_[i]; }
   const int32_t* tokens_end(int32_t i) const { return order_.data() + tok_end_[i]; }
 
  private:
-  std::vector<uint8_t> byte_;
-  std::vector<uint16_t> depth_;
-  std::vector<int32_t> end_;
+  std::vector<Node> nodes_;
   std::vector<int32_t> tok_begin_, tok_end_;  // into order_
   std::vector<int32_t> order_;               // token ids sorted by their bytes
   int max_depth_ = 0;
