@@ -2,7 +2,10 @@
 // step, on the bundled models' real vocabularies. Not tests: run
 //   build/bench/tandem_grammar_bench [--benchmark_filter=SmolLM2]
 // with the models in models/ (or $TANDEM_MODEL / $TANDEM_GEMMA_MODEL).
-//   cold:   mask of a state never seen (the trie walk, TokenMasker::compute)
+//   cold:   mask of a state never seen, nor its top (the whole trie walk, TokenMasker::compute)
+//   shared: mask of a new state whose top was seen (a string at a new nesting, another
+//           property's string): the shared walk's lookup plus the uncertain subtrees
+//           (TokenMasker::compute_shared, what mask() does on a miss)
 //   cached: mask of a recurring state (the LRU lookup, TokenMasker::mask)
 //   allows: one token (the greedy fast path), on an uncached state
 //   accept: advancing the matcher over a sampled token (once per decode step)
@@ -76,6 +79,15 @@ void BM_MaskCold(benchmark::State& st, const Vocabulary* v, std::string text) {
   st.counters["allowed"] = (double)allowed;
 }
 
+void BM_MaskShared(benchmark::State& st, const Vocabulary* v, std::string text) {
+  const Matcher m = matcher_after(test::json_object_grammar(), text);
+  v->masker->compute_shared(m);  // the walk of the state's top, now cached
+  for (auto _ : st) {
+    TokenMask mask = v->masker->compute_shared(m);
+    benchmark::DoNotOptimize(mask.bits.data());
+  }
+}
+
 void BM_MaskCached(benchmark::State& st, const Vocabulary* v, std::string text) {
   const Matcher m = matcher_after(test::json_object_grammar(), text);
   v->masker->mask(m);
@@ -106,6 +118,7 @@ int register_all() {
     for (const auto& [state, text] : kStates) {
       const std::string at = "/" + v->name + "/" + state;
       benchmark::RegisterBenchmark(("mask_cold" + at).c_str(), BM_MaskCold, v.get(), text)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("mask_shared" + at).c_str(), BM_MaskShared, v.get(), text)->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("mask_cached" + at).c_str(), BM_MaskCached, v.get(), text)->Unit(benchmark::kMicrosecond);
     }
     benchmark::RegisterBenchmark(("allows/" + v->name + "/in_string").c_str(), BM_Allows, v.get(), kStates[3].second)

@@ -227,10 +227,15 @@ int32_t id_of(std::string_view bytes) {
 TEST(TokenMasker, EqualsBruteForceAtEveryPrefixOfAJsonText) {
   const TokenMasker masker = synthetic_masker();
   const std::string text =
-      "{\"a\": [1, -2.5e+3, true, null, \"x\\u00e9\\n\"], \"caf\xC3\xA9\": {\"\xF0\x9F\xA6\x99\": {}}, \"z\":0}";
+      "{\"a\": [1, -2.5e+3, true, null, \"x\\u00e9\\n\"], \"caf\xC3\xA9\": {\"\xF0\x9F\xA6\x99\": {\"q\": [[\"\\\"\"]]}}, \"z\":0}";
   Matcher m = make(json_object_grammar());
   for (size_t i = 0; i <= text.size(); i++) {
-    expect_same_mask(masker.compute(m), brute_force(masker, m, {kSyntheticEnd}), masker, "after '" + text.substr(0, i) + "'");
+    const TokenMask want = brute_force(masker, m, {kSyntheticEnd});
+    const std::string where = "after '" + text.substr(0, i) + "'";
+    expect_same_mask(masker.compute(m), want, masker, where + " (whole walk)");
+    // Shared walks of the state's top (many prefixes share one: strings at several nestings).
+    expect_same_mask(masker.compute_shared(m), want, masker, where + " (shared walk)");
+    expect_same_mask(*masker.mask(m), want, masker, where + " (mask)");
     if (i < text.size()) {
       ASSERT_TRUE(m.accept(text.substr(i, 1)));
     }
@@ -368,6 +373,26 @@ TEST(TokenMasker, CacheReturnsTheSameMaskForTheSameState) {
   EXPECT_EQ(masker.mask(other)->bits, first->bits);
 }
 
+TEST(TokenMasker, StatesWithOneTopShareAWalk) {
+  const TokenMasker masker = synthetic_masker();
+  const std::vector<std::string> strings = {"{\"a\": \"x", "{\"a\": [\"x", "{\"a\": {\"b\": [[\"x", "{\"", "{\"a\": {\""};
+  for (const auto& text : strings) {
+    Matcher m = json_after(text);
+    expect_same_mask(*masker.mask(m), brute_force(masker, m, {kSyntheticEnd}), masker, text);
+  }
+  const auto stats = masker.cache_stats();
+  EXPECT_EQ(stats.misses, strings.size()) << "five states";
+  EXPECT_EQ(stats.walk_misses, 1u) << "one top: inside a string";
+  EXPECT_EQ(stats.walk_hits, strings.size() - 1);
+  // What the cut-off frames decide differs: a closing quote then '}' only where an object closes.
+  EXPECT_TRUE(masker.mask(json_after("{\"a\": \"x"))->test(id_of("\"}")));
+  EXPECT_FALSE(masker.mask(json_after("{\"a\": [\"x"))->test(id_of("\"}")));
+  EXPECT_TRUE(masker.mask(json_after("{\"a\": [\"x"))->test(id_of("\",\"")));
+  EXPECT_FALSE(masker.mask(json_after("{\"a\": {\"b\": [[\"x"))->test(id_of("\"},")));
+  EXPECT_TRUE(masker.mask(json_after("{\""))->test(id_of("\":\"")));
+  EXPECT_FALSE(masker.mask(json_after("{\"a\": {\""))->test(id_of("\"}")));
+}
+
 TEST(TokenMasker, CacheIsBoundedAndThreadSafe) {
   const TokenMasker masker(kSyntheticVocab, {kSyntheticEnd}, /*cache_entries=*/4);
   auto g = json_object_grammar();
@@ -410,12 +435,13 @@ TEST(TokenMasker, EqualsBruteForceOnTheSmolLM2Vocabulary) {
   const auto& eog = tok->vocab().end_of_generation;
   ASSERT_FALSE(eog.empty());
   for (std::string_view text : {"", "{", "{\"na", "{\"name\": ", "{\"name\": \"Al\\", "{\"name\": \"Al\\u0", "{\"n\": [1.5",
-                                "{\"n\": \"caf\xC3", "{\"a\": {\"b\": []}}"}) {
+                                "{\"n\": \"caf\xC3", "{\"a\": {\"b\": []}}", "{\"a\": [{\"b\": \"x y", "{\"a\": [[\"\\n"}) {
     Matcher m = json_after(text);
     const auto mask = masker->mask(m);
     expect_same_mask(*mask, brute_force(*masker, m, eog), *masker, "after '" + std::string(text) + "'");
     EXPECT_GT(mask->count(), 0u) << text;
   }
+  EXPECT_GT(masker->cache_stats().walk_hits, 0u) << "strings at several nestings share the walk of their top";
   // Control tokens (<|im_start|>, ...) emit nothing: never allowed, even inside a string.
   const auto in_string = masker->mask(json_after("{\"a\": \""));
   for (int32_t t = 0; t < tok->vocab().size(); t++)

@@ -6,10 +6,6 @@ namespace tandem::grammar {
 
 namespace {
 
-// Settling one byte's stacks may not take more than this many steps: a grammar whose empty
-// alternatives multiply (`a ::= b b b b`, `b ::= "" | ""`) fails instead of running away.
-constexpr size_t kMaxSettleWork = 1u << 18;
-
 uint64_t index_key(int32_t pos, int32_t parent) { return ((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent; }
 
 size_t index_slot(uint64_t key, size_t mask) {
@@ -52,8 +48,9 @@ Result<std::shared_ptr<const FlatGrammar>> FlatGrammar::build(std::shared_ptr<co
   return std::shared_ptr<const FlatGrammar>(std::move(flat));
 }
 
-StackArena::StackArena(const FlatGrammar& g) : g_(g) {
-  nodes_.push_back(Node{-1, -1});
+StackArena::StackArena(const FlatGrammar& g) : g_(g), max_work_(kMaxSettleWork) {
+  nodes_.push_back(Node{-1, -1});  // kEmpty
+  nodes_.push_back(Node{-1, -1});  // kBottom
   index_keys_.assign(256, ~0ull);
   index_ids_.assign(256, -1);
 }
@@ -92,12 +89,16 @@ int32_t StackArena::intern(int32_t pos, int32_t parent) {
 bool StackArena::settle(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth) {
   // Both bounds are far past what a sensible grammar needs; a depth past the first is left
   // recursion that validate() did not see (the matcher would otherwise recurse forever).
-  if (depth > kMaxSettleDepth || ++work_ > kMaxSettleWork) return false;
+  if (depth > kMaxSettleDepth || ++work_ > max_work_) return false;
   const FlatGrammar::Slot& slot = g_.slots[pos];
   switch (slot.kind) {
     case FlatGrammar::Kind::End:
       if (parent == kEmpty) {
         out.push_back(kEmpty);
+        return true;
+      }
+      if (parent == kBottom) {
+        escaped_ = true;
         return true;
       }
       return settle(nodes_[parent].pos, nodes_[parent].parent, out, depth + 1);
@@ -116,31 +117,37 @@ bool StackArena::settle(int32_t pos, int32_t parent, std::vector<int32_t>& out, 
 }
 
 namespace {
-bool finish(std::vector<int32_t>& out) {
+bool finish(std::vector<int32_t>& out, size_t max_stacks) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out.size() <= kMaxStacks;
+  return out.size() <= max_stacks;
 }
 }  // namespace
 
 bool StackArena::start(std::vector<int32_t>& out) {
   out.clear();
   work_ = 0;
+  escaped_ = false;
   for (int32_t alt : g_.alternatives[g_.root])
     if (!settle(alt, kEmpty, out, 0)) return false;
-  return finish(out);
+  return finish(out, max_stacks_);
 }
 
 bool StackArena::step(std::span<const int32_t> tops, uint8_t b, std::vector<int32_t>& out) {
   out.clear();
   work_ = 0;
+  escaped_ = false;
   for (int32_t top : tops) {
     if (top == kEmpty) continue;
+    if (top == kBottom) {  // a parse that goes on in frames cut off: it might read anything
+      escaped_ = true;
+      continue;
+    }
     const Node n = nodes_[top];
     if (!g_.slots[n.pos].matches(b)) continue;
     if (!settle(n.pos + 1, n.parent, out, 0)) return false;
   }
-  return finish(out);
+  return finish(out, max_stacks_);
 }
 
 std::vector<int32_t> StackArena::flatten(std::span<const int32_t> tops) const {
@@ -148,7 +155,9 @@ std::vector<int32_t> StackArena::flatten(std::span<const int32_t> tops) const {
   stacks.reserve(tops.size());
   for (int32_t top : tops) {
     std::vector<int32_t> s;
-    for (int32_t n = top; n != kEmpty; n = nodes_[n].parent) s.push_back(nodes_[n].pos);
+    int32_t n = top;
+    for (; n != kEmpty && n != kBottom; n = nodes_[n].parent) s.push_back(nodes_[n].pos);
+    if (n == kBottom) s.push_back(kBottomMark);
     std::reverse(s.begin(), s.end());
     stacks.push_back(std::move(s));
   }
@@ -166,7 +175,7 @@ void StackArena::unflatten(std::span<const int32_t> flat, std::vector<int32_t>& 
   for (size_t i = 0; i < flat.size();) {
     const int32_t len = flat[i++];
     int32_t node = kEmpty;
-    for (int32_t k = 0; k < len; k++) node = intern(flat[i++], node);
+    for (int32_t k = 0; k < len; k++, i++) node = flat[i] == kBottomMark ? kBottom : intern(flat[i], node);
     tops.push_back(node);
   }
   std::sort(tops.begin(), tops.end());

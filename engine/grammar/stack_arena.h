@@ -49,12 +49,25 @@ struct FlatGrammar {
 // Bounds on one recognizer state, so an ambiguous or left-recursive grammar fails cleanly.
 inline constexpr size_t kMaxStacks = 2048;           // stacks alive at once
 inline constexpr int kMaxSettleDepth = 4096;         // expansions and pops without reading a byte
+inline constexpr size_t kMaxSettleWork = 1u << 18;   // settle steps for one byte (a grammar whose empty
+                                                     // alternatives multiply fails instead of running away)
 
 class StackArena {
  public:
   static constexpr int32_t kEmpty = 0;  // the empty stack: the sentence is complete
+  // The bottom of a truncated stack (the token masker's shared walks, lazy_dfa.h): frames
+  // below it are unknown, so a pop into it "escapes": that parse is dropped and escaped() says so.
+  static constexpr int32_t kBottom = 1;
 
   explicit StackArena(const FlatGrammar& g);
+  // Lower bounds than kMaxStacks / the settle work (a truncated view of a state keeps under a
+  // fraction of them, so the full state it stands for keeps under the real ones).
+  void set_limits(size_t max_stacks, size_t max_work) {
+    max_stacks_ = max_stacks;
+    max_work_ = max_work;
+  }
+  // Whether the last start() or step() popped into kBottom.
+  bool escaped() const { return escaped_; }
 
   // The node for `pos` on top of `parent` (both already interned).
   int32_t intern(int32_t pos, int32_t parent);
@@ -69,7 +82,9 @@ class StackArena {
   bool step(std::span<const int32_t> tops, uint8_t b, std::vector<int32_t>& out);
 
   // Matcher states as flat int vectors: for each stack, its length then its positions bottom to
-  // top; stacks in lexicographic order, so equal sets of stacks give equal vectors.
+  // top (a truncated stack starts with kBottomMark); stacks in lexicographic order, so equal sets
+  // of stacks give equal vectors.
+  static constexpr int32_t kBottomMark = -1;
   std::vector<int32_t> flatten(std::span<const int32_t> tops) const;
   void unflatten(std::span<const int32_t> flat, std::vector<int32_t>& tops);
 
@@ -88,6 +103,9 @@ class StackArena {
   std::vector<uint64_t> index_keys_;
   std::vector<int32_t> index_ids_;
   size_t work_ = 0;  // settle steps for the current byte
+  size_t max_stacks_ = kMaxStacks;
+  size_t max_work_;
+  bool escaped_ = false;
 };
 
 }  // namespace tandem::grammar

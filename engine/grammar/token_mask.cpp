@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <map>
 
+#include "engine/grammar/lazy_dfa.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::grammar {
@@ -17,50 +17,11 @@ std::vector<bool> end_flags(size_t n_vocab, const std::vector<int32_t>& end_toke
   return is_end;
 }
 
-uint64_t cache_key(const Matcher& m) {
-  return m.state_hash() ^ (std::hash<const void*>{}(&m.grammar()) * 0x9E3779B97F4A7C15ull);
+// The DFA's next state, filling the table on first use.
+int32_t next_state(LazyDfa& dfa, int32_t s, uint8_t b) {
+  const int32_t t = dfa.table()[(size_t)s * 256 + b];
+  return t == LazyDfa::kUnknown ? dfa.fill(s, b) : t;
 }
-
-// The grammar as a DFA over sets of stacks, built as far as one trie walk needs it. State 0 is
-// the dead set (no stack).
-class LazyDfa {
- public:
-  LazyDfa(const FlatGrammar& g, std::span<const int32_t> flat_state) : arena_(g) {
-    sets_.emplace_back();
-    next_.assign(256, 0);
-    std::vector<int32_t> tops;
-    arena_.unflatten(flat_state, tops);
-    start_ = id_of(std::move(tops));
-  }
-  int32_t start() const { return start_; }
-
-  // [state * 256 + byte]: the next state, -1 while not yet known (then fill() it). Valid until
-  // the next fill().
-  const int32_t* table() const { return next_.data(); }
-  int32_t fill(int32_t s, uint8_t b) {
-    int32_t t = 0;
-    if (arena_.step(sets_[s], b, scratch_) && !scratch_.empty()) t = id_of(scratch_);
-    next_[(size_t)s * 256 + b] = t;
-    return t;
-  }
-
- private:
-  int32_t id_of(const std::vector<int32_t>& tops) {
-    auto [it, fresh] = ids_.try_emplace(tops, (int32_t)sets_.size());
-    if (fresh) {
-      sets_.push_back(tops);
-      next_.resize(next_.size() + 256, -1);
-    }
-    return it->second;
-  }
-
-  StackArena arena_;
-  std::vector<std::vector<int32_t>> sets_;  // id -> sorted stack tops
-  std::map<std::vector<int32_t>, int32_t> ids_;
-  std::vector<int32_t> next_;  // [id * 256 + byte]: the next id, -1 not yet known
-  std::vector<int32_t> scratch_;
-  int32_t start_ = 0;
-};
 
 }  // namespace
 
@@ -75,7 +36,8 @@ TokenMasker::TokenMasker(std::vector<std::string> token_bytes, std::vector<int32
       end_tokens_(std::move(end_tokens)),
       is_end_(end_flags(token_bytes_.size(), end_tokens_)),
       trie_(token_bytes_, is_end_),
-      cache_entries_(std::max<size_t>(cache_entries, 1)) {
+      masks_(cache_entries),
+      walks_(cache_entries) {
   end_tokens_.erase(std::remove_if(end_tokens_.begin(), end_tokens_.end(),
                                    [&](int32_t t) { return t < 0 || (size_t)t >= token_bytes_.size(); }),
                     end_tokens_.end());
@@ -88,34 +50,37 @@ std::shared_ptr<const TokenMasker> TokenMasker::for_tokenizer(const Tokenizer& t
   return std::make_shared<const TokenMasker>(std::move(bytes), std::move(end_tokens));
 }
 
-TokenMask TokenMasker::compute(const Matcher& m) const {
-  TokenMask mask;
-  mask.bits.assign((token_bytes_.size() + 63) / 64, 0);
+std::vector<uint64_t> TokenMasker::empty_bits() const { return std::vector<uint64_t>((token_bytes_.size() + 63) / 64 + 1, 0); }
+
+void TokenMasker::set_end_tokens(const Matcher& m, std::vector<uint64_t>& bits) const {
   if (m.can_end())
-    for (int32_t t : end_tokens_) mask.bits[t / 64] |= 1ull << (t % 64);
-  LazyDfa dfa(*m.flat_grammar(), m.state());
-  const int32_t* table = dfa.table();
-  // The walk is branch-light on purpose: whether the next node is a child or a sibling, and
+    for (int32_t t : end_tokens_) bits[t / 64] |= 1ull << (t % 64);
+}
+
+void TokenMasker::walk(LazyDfa& dfa, int32_t begin, int32_t end, int32_t* at_depth, uint64_t* bits,
+                       std::vector<int32_t>* uncertain) const {
+  // The loop is branch-light on purpose: whether the next node is a child or a sibling, and
   // whether a node ends a token, follow no pattern a branch predictor could learn, and a
   // mispredict per node would cost more than the rest of the node's work. Nodes without a token
-  // set a bit in a scratch word past the mask's end instead.
-  const size_t n_words = mask.bits.size();
-  mask.bits.push_back(0);
-  uint64_t* bits = mask.bits.data();
-  const uint32_t scratch_slot = (uint32_t)n_words * 64;
-  std::vector<int32_t> at_depth(trie_.max_depth() + 1);  // [d]: the DFA state after the path's first d bytes
-  at_depth[0] = dfa.start();
+  // set a bit in the scratch word past the mask's end instead.
+  const uint32_t scratch_slot = (uint32_t)((token_bytes_.size() + 63) / 64) * 64;
+  const int32_t* table = dfa.table();
   const TokenTrie::Node* nodes = trie_.nodes();
-  for (int32_t i = 0, n = trie_.size(); i < n;) {
+  for (int32_t i = begin; i < end;) {
     const TokenTrie::Node node = nodes[i];
     const int32_t parent = at_depth[node.depth - 1];
     int32_t s = table[(size_t)parent * 256 + node.byte];
     if (s <= 0) [[unlikely]] {
-      if (s < 0) {
+      if (s == LazyDfa::kUnknown) {
         s = dfa.fill(parent, node.byte);
         table = dfa.table();
       }
-      if (s == 0) {  // no stack survives this prefix: nor any token under it
+      if (s == LazyDfa::kUncertain) {
+        uncertain->push_back(i);
+        i = node.end;
+        continue;
+      }
+      if (s == LazyDfa::kDead) {  // no stack survives this prefix: nor any token under it
         i = node.end;
         continue;
       }
@@ -127,27 +92,82 @@ TokenMask TokenMasker::compute(const Matcher& m) const {
       for (const int32_t* t = trie_.tokens_begin(i); t != trie_.tokens_end(i); t++) bits[*t / 64] |= 1ull << (*t % 64);
     i++;
   }
+}
+
+TokenMask TokenMasker::compute(const Matcher& m) const {
+  TokenMask mask;
+  mask.bits = empty_bits();
+  set_end_tokens(m, mask.bits);
+  LazyDfa dfa(*m.flat_grammar(), m.state(), false);
+  std::vector<int32_t> at_depth(trie_.max_depth() + 1);  // [d]: the DFA state after the path's first d bytes
+  at_depth[0] = dfa.start();
+  walk(dfa, 0, trie_.size(), at_depth.data(), mask.bits.data(), nullptr);
   mask.bits.pop_back();
   return mask;
 }
 
-std::shared_ptr<const TokenMask> TokenMasker::cached(const Matcher& m, uint64_t key) const {
-  auto [lo, hi] = index_.equal_range(key);
-  for (auto it = lo; it != hi; ++it) {
-    const Entry& e = *it->second;
-    if (e.grammar.get() != &m.grammar() || !std::equal(e.state.begin(), e.state.end(), m.state().begin(), m.state().end()))
-      continue;
-    lru_.splice(lru_.begin(), lru_, it->second);  // most recently used
-    return e.mask;
+std::shared_ptr<const TokenMasker::SharedWalk> TokenMasker::shared_walk(const Matcher& m,
+                                                                       const std::vector<int32_t>& truncated) const {
+  const Grammar* g = &m.grammar();
+  {
+    std::lock_guard lock(mu_);
+    if (auto hit = walks_.find(g, truncated)) {
+      stats_.walk_hits++;
+      return hit;
+    }
+    stats_.walk_misses++;
   }
-  return nullptr;
+  auto w = std::make_shared<SharedWalk>();
+  w->certain = empty_bits();
+  LazyDfa dfa(*m.flat_grammar(), truncated, true);
+  std::vector<int32_t> at_depth(trie_.max_depth() + 1);
+  at_depth[0] = dfa.start();
+  walk(dfa, 0, trie_.size(), at_depth.data(), w->certain.data(), &w->uncertain);
+  std::lock_guard lock(mu_);
+  if (auto hit = walks_.find(g, truncated)) return hit;
+  walks_.insert(m.flat_grammar()->source, truncated, w);
+  return w;
+}
+
+TokenMask TokenMasker::compute_shared(const Matcher& m) const {
+  const std::vector<int32_t> truncated = truncate_state(m.state());
+  if (truncated.empty()) return compute(m);
+  const auto shared = shared_walk(m, truncated);
+  TokenMask mask;
+  mask.bits = shared->certain;
+  set_end_tokens(m, mask.bits);
+  // Each uncertain subtree is walked with the full state from its root; the states along the
+  // root's path are recomputed only past the prefix it shares with the previous root's.
+  LazyDfa dfa(*m.flat_grammar(), m.state(), false);
+  std::vector<int32_t> at_depth(trie_.max_depth() + 1);
+  at_depth[0] = dfa.start();
+  std::string_view prev_path;
+  size_t known = 0;  // at_depth[0..known] hold prev_path's states
+  for (int32_t root : shared->uncertain) {
+    const TokenTrie::Node& node = trie_.nodes()[root];
+    const std::string_view path = std::string_view(token_bytes_[*trie_.tokens_begin(root)]).substr(0, node.depth - 1);
+    size_t d = 0;
+    while (d < known && d < path.size() && path[d] == prev_path[d]) d++;
+    bool alive = true;
+    for (; d < path.size(); d++) {
+      at_depth[d + 1] = next_state(dfa, at_depth[d], (uint8_t)path[d]);
+      if (at_depth[d + 1] == LazyDfa::kDead) {
+        alive = false;
+        break;
+      }
+    }
+    prev_path = path;
+    known = d;
+    if (alive) walk(dfa, root, node.end, at_depth.data(), mask.bits.data(), nullptr);
+  }
+  mask.bits.pop_back();
+  return mask;
 }
 
 std::shared_ptr<const TokenMask> TokenMasker::mask(const Matcher& m) const {
-  const uint64_t key = cache_key(m);
   {
     std::lock_guard lock(mu_);
-    if (auto hit = cached(m, key)) {
+    if (auto hit = masks_.find(&m.grammar(), m.state())) {
       stats_.hits++;
       return hit;
     }
@@ -155,21 +175,10 @@ std::shared_ptr<const TokenMask> TokenMasker::mask(const Matcher& m) const {
   }
   // Computed outside the lock: two threads that miss on one state both compute it, and the
   // second insert finds the first's.
-  auto fresh = std::make_shared<const TokenMask>(compute(m));
+  auto fresh = std::make_shared<const TokenMask>(compute_shared(m));
   std::lock_guard lock(mu_);
-  if (auto hit = cached(m, key)) return hit;
-  lru_.push_front(Entry{m.flat_grammar()->source, std::vector<int32_t>(m.state().begin(), m.state().end()), key, fresh});
-  index_.emplace(key, lru_.begin());
-  while (lru_.size() > cache_entries_) {
-    auto last = std::prev(lru_.end());
-    auto [lo, hi] = index_.equal_range(last->key);
-    for (auto it = lo; it != hi; ++it)
-      if (it->second == last) {
-        index_.erase(it);
-        break;
-      }
-    lru_.pop_back();
-  }
+  if (auto hit = masks_.find(&m.grammar(), m.state())) return hit;
+  masks_.insert(m.flat_grammar()->source, m.state(), fresh);
   return fresh;
 }
 
@@ -180,7 +189,7 @@ bool TokenMasker::allows(const Matcher& m, int32_t t) const {
   if (bytes.empty() || bytes.size() > TokenTrie::kMaxTokenBytes) return false;
   {
     std::lock_guard lock(mu_);
-    if (auto hit = cached(m, cache_key(m))) return hit->test(t);
+    if (auto hit = masks_.find(&m.grammar(), m.state())) return hit->test(t);
   }
   return m.can_accept(bytes);
 }
@@ -188,7 +197,8 @@ bool TokenMasker::allows(const Matcher& m, int32_t t) const {
 TokenMasker::CacheStats TokenMasker::cache_stats() const {
   std::lock_guard lock(mu_);
   CacheStats s = stats_;
-  s.entries = lru_.size();
+  s.entries = masks_.size();
+  s.walk_entries = walks_.size();
   return s;
 }
 
