@@ -2,9 +2,13 @@
 // hand (tests/grammar_builder.h) and on the bundled models' vocabularies.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
@@ -449,6 +453,53 @@ TEST(TokenMasker, EqualsBruteForceOnTheSmolLM2Vocabulary) {
       EXPECT_FALSE(in_string->test(t)) << t;
     }
   EXPECT_GT(in_string->count(), 40000u) << "almost every token may go inside a string";
+}
+
+// Sampling under the masks always yields JSON, as a parser independent of tandem reads it.
+TEST(TokenMasker, SampledOutputsAreJsonOnTheSmolLM2Vocabulary) {
+  if (!tandem::test::exists(tandem::test::default_model_path())) GTEST_SKIP() << "model not found";
+  std::unique_ptr<Tokenizer> tok;
+  auto masker = masker_for(tandem::test::default_model_path(), tok);
+  ASSERT_TRUE(masker);
+  const auto& eog = tok->vocab().end_of_generation;
+  std::vector<bool> closes(masker->n_vocab());
+  for (int32_t t = 0; t < (int32_t)masker->n_vocab(); t++)
+    closes[t] = masker->token_bytes(t).find_first_of("}]\"") != std::string::npos;
+  int finished = 0;
+  for (uint32_t seed = 1; seed <= 16; seed++) {
+    std::mt19937 rng(seed);
+    Matcher m = make(shared_json_grammar());
+    std::string text;
+    bool ended = false;
+    for (int step = 0; step < 150 && !ended; step++) {
+      const auto mask = masker->mask(m);
+      std::vector<int32_t> allowed, closing;
+      for (size_t w = 0; w < mask->bits.size(); w++)
+        for (uint64_t bits = mask->bits[w]; bits; bits &= bits - 1) {
+          const auto t = (int32_t)(w * 64 + std::countr_zero(bits));
+          allowed.push_back(t);
+          if (closes[t]) closing.push_back(t);
+        }
+      ASSERT_FALSE(allowed.empty()) << "no token may follow '" << text << "'";
+      // Wander for a while, then steer towards an end so most runs finish.
+      const auto& pool = step > 40 && !closing.empty() ? closing : allowed;
+      const int32_t t = pool[rng() % pool.size()];
+      if (std::find(eog.begin(), eog.end(), t) != eog.end()) {
+        ASSERT_TRUE(m.can_end()) << text;
+        ended = true;
+        break;
+      }
+      ASSERT_TRUE(m.accept(masker->token_bytes(t))) << "a masked-in token was refused after '" << text << "'";
+      text += masker->token_bytes(t);
+      if (m.must_end()) ended = true;
+    }
+    if (!ended) continue;
+    finished++;
+    const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(parsed.is_discarded()) << "seed " << seed << ": not JSON: " << text;
+    EXPECT_TRUE(parsed.is_object()) << "seed " << seed << ": " << text;
+  }
+  EXPECT_GE(finished, 10) << "most sampled runs reach the end of an object";
 }
 
 TEST(TokenMasker, EqualsBruteForceOnTheGemmaVocabulary) {

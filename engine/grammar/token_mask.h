@@ -44,7 +44,7 @@ class TokenMasker {
   // token_bytes[t]: the bytes token t emits (empty: never allowed, e.g. control tokens);
   // end_tokens: allowed exactly when the matcher can_end(), whatever their bytes.
   // cache_entries: how many masks (and as many shared walks) the LRU caches keep.
-  TokenMasker(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, size_t cache_entries = 512);
+  TokenMasker(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, size_t cache_entries = 256);
   // Token bytes from tok.token_to_piece(t, false): control tokens emit nothing.
   static std::shared_ptr<const TokenMasker> for_tokenizer(const Tokenizer& tok, std::vector<int32_t> end_tokens);
 

@@ -19,7 +19,8 @@ class TokenTrie {
 
   // Node i, in preorder: the byte on the edge into it, its depth (1 for the root's children),
   // the index after its subtree, and the first token whose bytes end exactly there (-1: none).
-  // A node ending several tokens with equal bytes has more_tokens set; tokens(i) lists them all.
+  // A node ending several tokens with equal bytes has more_tokens set; tokens_begin/end(i) list
+  // them all (tokens_begin(i) is also the first token under the node, whose bytes spell its path).
   struct Node {
     uint8_t byte;
     uint8_t more_tokens;
