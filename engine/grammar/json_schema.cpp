@@ -19,12 +19,11 @@ namespace {
 
 using nlohmann::ordered_json;
 
-// Whitespace between tokens: nothing, one space, or a newline and up to kIndentSpaces spaces
-// (pretty-printed JSON to a depth of ten at two spaces). Bounded, so a model cannot spend its
-// whole answer on whitespace.
-constexpr int kIndentSpaces = 20;
-
-// Digits a number may have: enough for any double or 64-bit integer, bounded for the same reason.
+// The rules every schema shares ({P} stands for the prefix), emitted when used.
+// ws: between tokens, nothing, one space, or a newline and up to 20 spaces (pretty-printed JSON
+// to a depth of ten at two spaces); bounded, so a model cannot spend its answer on whitespace.
+// integer/number: JSON's syntax (no leading zeros) with at most 16 digits before and after the
+// point and 3 in the exponent, enough for any double or 64-bit integer, bounded for the same reason.
 constexpr const char* kCommonRules[][2] = {
     {"ws", "( \" \" | \"\\n\" \" \"{0,20} )?"},
     {"char", R"gbnf([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))gbnf"},
@@ -38,7 +37,6 @@ constexpr const char* kCommonRules[][2] = {
     {"object", R"gbnf("{" {P}ws ( {P}member ( "," {P}ws {P}member )* )? "}")gbnf"},
     {"array", R"gbnf("[" {P}ws ( {P}value {P}ws ( "," {P}ws {P}value {P}ws )* )? "]")gbnf"},
 };
-static_assert(kIndentSpaces == 20, "kCommonRules' ws spells the bound out");
 
 // Keywords that only annotate (no effect on what is valid).
 const std::set<std::string> kAnnotations = {"description", "title",    "$comment", "examples", "default",
