@@ -14,12 +14,14 @@ namespace tandem::apps {
 Command add_run_command(CLI::App& app) {
   struct Args {
     GenerationOptions gen;
+    ConstraintOptions constraint;
     std::string prompt, prompt_file;
     bool print_ids = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (streams; reports TTFT, TPOT, KV bytes)");
   a->gen.add_to(sub);
+  a->constraint.add_to(sub);
   auto* p = sub->add_option("-p,--prompt", a->prompt, "prompt text");
   auto* f = sub->add_option("-f,--file", a->prompt_file, "read the prompt from a file");
   p->excludes(f);
@@ -36,7 +38,9 @@ Command add_run_command(CLI::App& app) {
     Model& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
     const std::vector<int32_t> prompt = tok.encode(a->prompt, true, true);
-    const GenerationConfig cfg = a->gen.config(tok.vocab());
+    GenerationConfig cfg = a->gen.config(tok.vocab());
+    if (Status c = a->constraint.apply(tok, cfg); !c.ok()) return fail(c.error().message);
+    a->gen.constrained = a->constraint.any();
 
     fmt::print("{}", a->prompt);
     std::fflush(stdout);

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include <fmt/core.h>
@@ -10,6 +12,8 @@
 #include "apps/common.h"
 #include "backend/make_backend.h"
 #include "core/timer.h"
+#include "engine/grammar/gbnf_parser.h"
+#include "engine/grammar/json_schema.h"
 #include "gguf/gguf_file.h"
 
 namespace tandem::apps {
@@ -59,6 +63,41 @@ SpeculativeParams SpeculativeOptions::params() const {
   p.lookup.ngram_min = ngram_min;
   p.lookup.ngram_max = std::max(ngram_min, ngram_max);
   return p;
+}
+
+void ConstraintOptions::add_to(CLI::App* sub) {
+  auto* schema = sub->add_option("--json-schema", json_schema_file,
+                                 "constrain the output to JSON valid under this JSON Schema file (docs/grammars.md: the subset)");
+  auto* gbnf = sub->add_option("--grammar", grammar_file, "constrain the output to this GBNF grammar file (root rule: root)");
+  auto* json = sub->add_flag("--json", json_object, "constrain the output to a JSON object");
+  schema->excludes(gbnf)->excludes(json);
+  gbnf->excludes(json);
+}
+
+Status ConstraintOptions::apply(const Tokenizer& tok, GenerationConfig& cfg) const {
+  if (!any()) return Status::Ok();
+  const std::string& path = !json_schema_file.empty() ? json_schema_file : grammar_file;
+  std::string text;
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error("cannot read {}", path);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (json_object) {
+    cfg.grammar = grammar::any_json_object_grammar();
+  } else if (!json_schema_file.empty()) {
+    const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (schema.is_discarded()) return make_error("{} is not JSON", path);
+    auto g = grammar::grammar_from_json_schema(schema);
+    if (!g.ok()) return make_error("{}: {}", path, g.error().message);
+    cfg.grammar = g.value();
+  } else {
+    auto g = grammar::parse_gbnf(text);
+    if (!g.ok()) return make_error("{}: {}", path, g.error().message);
+    cfg.grammar = g.value();
+  }
+  cfg.masker = grammar::TokenMasker::for_tokenizer(tok, tok.vocab().end_of_generation);
+  return Status::Ok();
 }
 
 void GenerationOptions::add_to(CLI::App* sub) {
@@ -165,7 +204,11 @@ void print_stats(const GenerationStats& st, const Model& m, const GenerationOpti
     fmt::print(stderr, "speculative    {}: {} drafted, {} accepted ({:.1f}%) in {} verify passes; {} decode passes, {:.2f} tokens each\n",
                o.speculative.mode, st.n_drafted, st.n_accepted, 100.0 * st.acceptance_rate(), st.n_verify_steps,
                st.n_decode_steps, st.n_decode_steps ? (double)st.n_decode_tokens / st.n_decode_steps : 0.0);
-  fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated, st.stopped_by_eog ? " (stopped at end of generation)" : "");
+  fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated,
+             st.stopped_by_eog ? " (stopped at end of generation)" : st.grammar_complete ? " (the grammar's sentence is complete)" : "");
+  if (o.constrained)
+    fmt::print(stderr, "constrained    {} full token masks; masks and matching took {:.2f} ms ({:.1f}% of decode)\n", st.n_masks,
+               st.mask_s * 1e3, st.decode_s > 0 ? 100.0 * st.mask_s / st.decode_s : 0.0);
   if (o.no_kv_cache) {
     fmt::print(stderr, "KV cache       none kept: naive mode recomputed K,V of every earlier position at each step\n"
                        "               (in {} ({}) of scratch blocks)\n", st.kv_bytes, human_bytes(st.kv_bytes));

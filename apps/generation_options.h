@@ -44,6 +44,17 @@ struct SpeculativeOptions {
   SpeculativeParams params() const;  // after CLI11 checked the names and ranges
 };
 
+// --json-schema FILE | --grammar FILE | --json: constrained decoding for `run` (the output is
+// a sentence of the grammar; docs/grammars.md).
+struct ConstraintOptions {
+  std::string json_schema_file, grammar_file;
+  bool json_object = false;
+  void add_to(CLI::App* sub);
+  bool any() const { return !json_schema_file.empty() || !grammar_file.empty() || json_object; }
+  // Reads and compiles the grammar into cfg (with the tokenizer's masker); nothing when unset.
+  Status apply(const Tokenizer& tok, GenerationConfig& cfg) const;
+};
+
 struct GenerationOptions : ModelLoadOptions {
   int n_predict = 128;
   float temp = 0.8f;
@@ -57,6 +68,7 @@ struct GenerationOptions : ModelLoadOptions {
   std::string kv_dtype = "f16";
   bool quiet_stats = false;
   SpeculativeOptions speculative;
+  bool constrained = false;  // set by a command that applied a ConstraintOptions (for the report)
 
   void add_to(CLI::App* sub);
   GenerationConfig config(const Vocab& vocab) const;

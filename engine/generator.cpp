@@ -53,12 +53,14 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   so.max_running = 1;
   so.no_kv_cache = !cfg.use_kv_cache;
   so.speculative = cfg.speculative;
+  so.masker = cfg.masker;
   Scheduler sched(model_, *pool_, so);
   RequestParams rp;
   rp.prompt = prompt;
   // Generation ends where the pool (the context) is full, as it always has.
   rp.max_tokens = (int)std::min<int64_t>(cfg.max_new_tokens, std::max<int64_t>(0, capacity - n_prompt));
   rp.sampling = cfg.sampling;
+  rp.grammar = cfg.grammar;
   if (cfg.stop_at_eog) rp.stop_tokens = cfg.stop_tokens;
 
   GenerationStats st;
@@ -93,13 +95,16 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   }
   if (last.finish == FinishReason::Error) return make_error("{}", last.error);
   st.n_reused = last.n_cached;
-  st.stopped_by_eog = last.finish == FinishReason::Stop;
+  st.stopped_by_eog = last.finish == FinishReason::Stop && last.by_stop_token;
+  st.grammar_complete = last.finish == FinishReason::Stop && !last.by_stop_token;
   st.n_generated = last.n_generated + (st.stopped_by_eog ? 1 : 0);
   // Every token after the first came from a decode step (the end-of-generation one included).
   st.n_decode_tokens = std::max(0, st.n_generated - 1);
   st.n_drafted = sched.stats().drafted_tokens;
   st.n_accepted = sched.stats().accepted_tokens;
   st.n_verify_steps = sched.stats().verify_steps;
+  st.n_masks = sched.stats().masks;
+  st.mask_s = sched.stats().mask_s;
   if (first && cfg.max_new_tokens == 0) st.prefill_s = sched.stats().pass_s, st.ttft_s = 0;
   return st;
 }

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/token_mask.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "kv/block_pool.h"
@@ -26,6 +28,10 @@ struct GenerationConfig {
   SamplingParams sampling;
   int64_t max_batch_tokens = 512;  // prefill runs in chunks of at most this many tokens
   SpeculativeParams speculative;   // mode Off: one token per decode step
+  // Constrained decoding (run --json-schema / --grammar): the output follows this grammar;
+  // the masker is the vocabulary's (TokenMasker::for_tokenizer).
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::shared_ptr<const grammar::TokenMasker> masker;
 };
 
 struct GenerationStats {
@@ -42,7 +48,10 @@ struct GenerationStats {
   int64_t n_verify_steps = 0;  //   and decode steps that verified a draft
   uint64_t kv_bytes = 0;     // bytes of the KV pool (naive mode: its scratch blocks)
   int64_t kv_tokens = 0;     // positions the pool holds
-  bool stopped_by_eog = false;
+  bool stopped_by_eog = false;   // ended by a stop token (not by max tokens or a complete grammar sentence)
+  bool grammar_complete = false; // constrained: ended because the grammar's sentence was complete
+  int64_t n_masks = 0;           // constrained: full token masks computed,
+  double mask_s = 0.0;           //   and the time masks and matching took
 
   double tpot_s() const { return n_decode_tokens ? decode_s / n_decode_tokens : 0.0; }
   double prefill_tok_s() const { return prefill_s > 0 ? (n_prompt - n_reused) / prefill_s : 0.0; }

@@ -24,6 +24,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/matcher.h"
+#include "engine/grammar/token_mask.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "kv/block_pool.h"
@@ -44,6 +47,11 @@ struct RequestParams {
   // Speculative decoding for this request; unset: the scheduler's default
   // (SchedulerOptions::speculative).
   std::optional<SpeculativeParams> speculative;
+  // Constrained decoding: every generated token keeps the output a prefix of a sentence of
+  // this grammar (tokens that cannot continue it are masked before sampling), and the
+  // sequence stops when the sentence is complete and nothing can follow. Needs
+  // SchedulerOptions::masker.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -56,6 +64,7 @@ struct SeqEvent {
   // log-softmax values, most likely first, from the same logits as `logprob`.
   std::vector<std::pair<int32_t, float>> top_logprobs;
   FinishReason finish = FinishReason::None;
+  bool by_stop_token = false;  // Stop: a stop token ended it (else the grammar's sentence was complete)
   std::string error;  // with Error: what failed; with Length: why it stopped early, if it did
   int n_prompt = 0, n_cached = 0, n_generated = 0;  // on the finish event
 };
@@ -73,6 +82,8 @@ struct SchedulerOptions {
   // draft joins the pass after the decode tokens and prefill chunks, within the token budget,
   // and only into free KV blocks: speculation never preempts or delays real work.
   SpeculativeParams speculative;
+  // The vocabulary's token masker, for requests with a grammar (one per tokenizer, shared).
+  std::shared_ptr<const grammar::TokenMasker> masker;
 };
 
 struct SchedulerStats {
@@ -84,6 +95,10 @@ struct SchedulerStats {
   int64_t drafted_tokens = 0, accepted_tokens = 0, verify_steps = 0;
   double acceptance_rate() const { return drafted_tokens ? (double)accepted_tokens / (double)drafted_tokens : 0.0; }
   double pass_s = 0;  // time in forward passes, all steps
+  // Constrained decoding: full masks computed (the greedy fast path skips them when the
+  // argmax is allowed) and the time spent on masks and matching.
+  int64_t masks = 0;
+  double mask_s = 0;
 };
 
 class Scheduler {
@@ -121,13 +136,20 @@ class Scheduler {
   void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
   // Reports one generated token; false when the sequence ended with it (finished, or `done`).
   bool emit(Seq& s, int32_t tok, std::span<const float> row, std::vector<Seq*>& done);
+  // The next token from one logits row, under the sequence's grammar if it has one; -1 when
+  // the grammar allows no token of the vocabulary (the sequence is finished with an error).
+  int32_t sample_next(Seq& s, std::span<const float> row);
+  // The grammar's mask for the sequence's next token (empty span: unconstrained); `keep`
+  // holds it alive.
+  std::span<const uint64_t> allowed_tokens(Seq& s, std::shared_ptr<const grammar::TokenMask>& keep);
+  void prune_draft_to_grammar(Seq& s);
   void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
   void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);
   void release_blocks(Seq& s);
-  void finish(Seq& s, FinishReason r, const std::string& error = "");
+  void finish(Seq& s, FinishReason r, const std::string& error = "", bool by_stop_token = false);
   void publish_full_blocks(Seq& s);
 
   Model& model_;
