@@ -7,6 +7,8 @@ An output cut by the token limit (-n) is a prefix of a valid document, not a doc
 counted apart, must still be a prefix the schema could complete (not checked here: the unit
 tests check prefixes), and at most a tenth of the runs may end that way. The same for
 `--json` (any object) and a GBNF grammar file (checked by a Python regex of the language).
+Recursive $ref is left to the unit tests: sampled freely, a small model nests a recursive
+schema (a tree) until the token limit, so its documents rarely end.
 
   python3 tests/grammar/check_schema_outputs.py --tandem build/tandem --model models/X.gguf [--seeds 12]
 Exit 77 (skip) without the model or the jsonschema package.
@@ -42,7 +44,7 @@ def main():
         return 77
     prompt = "Here is a JSON record:\n"
     cases = []
-    for name in ("person.schema.json", "tree.schema.json"):
+    for name in ("person.schema.json", "order.schema.json"):
         path = os.path.join(HERE, name)
         with open(path) as f:
             schema = json.load(f)
