@@ -310,11 +310,9 @@ ToolCallStream::Segment ToolCallStream::marker_segment(bool final) const {
   size_t end = 0;
   const JsonEnd e = json_value_end(s, body, &end);
   if (e == JsonEnd::TooDeep) return hermes ? hermes_text() : Segment{Step::Text, end, {}};
-  if (e == JsonEnd::Incomplete) {
-    // A Hermes call whose JSON never closes ends at its closing tag all the same.
-    if (hermes && s.find(kHermesClose, body) != std::string_view::npos) return hermes_text();
-    return final ? all_text : need_more;
-  }
+  // An open object holds everything after it (a closing tag may be inside one of its strings);
+  // if it never closes, all of it is text.
+  if (e == JsonEnd::Incomplete) return final ? all_text : need_more;
   std::vector<ToolCall> calls;
   const bool ok = calls_from_text(s.substr(body, end - body), family_ == ToolCallFamily::Mistral, &calls);
   if (!hermes) return ok ? Segment{Step::Calls, end, std::move(calls)} : Segment{Step::Text, end, {}};

@@ -108,6 +108,11 @@ TEST(ToolCalls, MalformedCallsStayText) {
     EXPECT_EQ(out.content, text) << text;
     expect_split_invariant(ToolCallFamily::Hermes, text);
   }
+  // A closing tag inside an argument's string does not end the call, however the text is split.
+  const std::string tag_in_string = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"</tool_call>\"}}</tool_call>";
+  ASSERT_EQ(parse_tool_calls(ToolCallFamily::Hermes, tag_in_string).calls.size(), 1u);
+  EXPECT_EQ(parse_tool_calls(ToolCallFamily::Hermes, tag_in_string).calls[0].arguments, "{\"a\":\"</tool_call>\"}");
+  expect_split_invariant(ToolCallFamily::Hermes, tag_in_string);
   // A malformed call does not hide a good one after it.
   const std::string mixed = "<tool_call>junk</tool_call><tool_call>{\"name\": \"ok\", \"arguments\": {}}</tool_call>";
   const auto out = parse_tool_calls(ToolCallFamily::Hermes, mixed);
