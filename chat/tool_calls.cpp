@@ -305,6 +305,7 @@ ToolCallStream::Segment ToolCallStream::marker_segment(bool final) const {
     return {Step::Text, close + kHermesClose.size(), {}};
   };
   const char open = s[body];
+  if (family_ == ToolCallFamily::Mistral && (is_ident(open) || open == '-')) return mistral_args_segment(final);
   if (open != '{' && !(open == '[' && family_ == ToolCallFamily::Mistral))
     return hermes ? hermes_text() : Segment{Step::Text, body, {}};
   size_t end = 0;
@@ -325,6 +326,33 @@ ToolCallStream::Segment ToolCallStream::marker_segment(bool final) const {
     return ok ? Segment{Step::Calls, s.size(), std::move(calls)} : all_text;  // unterminated at the end: accepted
   }
   return hermes_text();
+}
+
+// Newer Mistral templates (Small 3.2, Magistral, Devstral): [TOOL_CALLS]name[ARGS]{...}, one
+// marker per call.
+ToolCallStream::Segment ToolCallStream::mistral_args_segment(bool final) const {
+  const std::string_view s = buf_;
+  const size_t name_at = std::string_view(marker_of(family_)).size();
+  size_t i = name_at;
+  while (i < s.size() && (is_ident(s[i]) || s[i] == '-')) i++;
+  const Segment need_more, all_text{Step::Text, s.size(), {}};
+  if (i == s.size()) return final ? all_text : need_more;
+  constexpr std::string_view kArgs = "[ARGS]";
+  const std::string_view rest = s.substr(i, kArgs.size());
+  if (rest != kArgs) return kArgs.substr(0, rest.size()) == rest && !final ? need_more : Segment{Step::Text, i, {}};
+  const size_t body = i + kArgs.size();
+  if (body == s.size()) return final ? all_text : need_more;
+  if (s[body] != '{') return {Step::Text, body, {}};
+  size_t end = 0;
+  const JsonEnd e = json_value_end(s, body, &end);
+  if (e == JsonEnd::TooDeep) return {Step::Text, end, {}};
+  if (e == JsonEnd::Incomplete) return final ? all_text : need_more;
+  const ojson args = ojson::parse(s.begin() + body, s.begin() + end, nullptr, false);
+  if (args.is_discarded() || !args.is_object()) return {Step::Text, end, {}};
+  std::vector<ToolCall> calls(1);
+  calls[0].name = std::string(s.substr(name_at, i - name_at));
+  calls[0].arguments = args.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return {Step::Calls, end, std::move(calls)};
 }
 
 ToolCallOutput parse_tool_calls(ToolCallFamily family, std::string_view text, size_t max_calls) {

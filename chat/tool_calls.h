@@ -6,6 +6,8 @@
 //   Llama3  (Llama 3.1/3.2/3.3): {"name": "f", "parameters": {...}} as the whole answer, or
 //           after <|python_tag|>; several calls separated by ';' or whitespace
 //   Mistral (Mistral v0.3, Nemo, Small): [TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]
+//           or, in newer templates, [TOOL_CALLS]f[ARGS]{...} per call (parsed; a forced call
+//           is written in the first form)
 // The family is read from the chat template (the markers it writes when it renders a past
 // call), else from the vocabulary's tokens; a template that takes tools but names no known
 // marker is taken as Hermes, the most common convention.
@@ -86,6 +88,7 @@ class ToolCallStream {
   void add_calls(std::vector<ToolCall> calls, ToolCallOutput* out);
   Segment marker_segment(bool final) const;
   Segment bare_json_segment(bool final) const;
+  Segment mistral_args_segment(bool final) const;
 
   ToolCallFamily family_;
   size_t max_calls_;

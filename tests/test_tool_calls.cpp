@@ -173,7 +173,15 @@ TEST(ToolCalls, MistralArrayOfCalls) {
   EXPECT_EQ(out.calls[1].name, "b");
   EXPECT_EQ(out.content, "");
   expect_split_invariant(ToolCallFamily::Mistral, text);
-  for (const std::string bad : {"[TOOL_CALLS] hello", "[TOOL_CALLS][{\"name\": \"a\"}, 3]", "[TOOL_CALLS] []", "[TOOL_CALLS][{"}) {
+  const std::string args_form = "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]now[ARGS]{}";
+  const auto o2 = parse_tool_calls(ToolCallFamily::Mistral, args_form);
+  ASSERT_EQ(o2.calls.size(), 2u);
+  EXPECT_EQ(o2.calls[0].name, "get_weather");
+  EXPECT_EQ(o2.calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(o2.calls[1].name, "now");
+  EXPECT_EQ(o2.content, "Sure.");
+  expect_split_invariant(ToolCallFamily::Mistral, args_form);
+  for (const std::string bad : {"[TOOL_CALLS] hello", "[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS]f[ARG", "[TOOL_CALLS]f(x)", "[TOOL_CALLS][{\"name\": \"a\"}, 3]", "[TOOL_CALLS] []", "[TOOL_CALLS][{"}) {
     const auto o = parse_tool_calls(ToolCallFamily::Mistral, bad);
     EXPECT_TRUE(o.calls.empty()) << bad;
     EXPECT_EQ(o.content, bad);
