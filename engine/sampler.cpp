@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <unordered_set>
 
@@ -26,9 +27,20 @@ void Sampler::apply_repeat_penalty(std::span<const int32_t> history) {
     if (seen.count(c.id)) c.logit = c.logit > 0 ? c.logit / p_.repeat_penalty : c.logit * p_.repeat_penalty;
 }
 
-void Sampler::build_distribution(std::span<const float> logits, std::span<const int32_t> history) {
-  cand_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); i++) cand_[i] = {(int32_t)i, logits[i], 0.0f};
+void Sampler::build_distribution(std::span<const float> logits, std::span<const int32_t> history,
+                                 std::span<const uint64_t> allowed) {
+  cand_.clear();
+  if (!allowed.empty()) {  // only the allowed tokens become candidates: one pass over the mask's words
+    for (size_t w = 0; w < allowed.size() && w * 64 < logits.size(); w++)
+      for (uint64_t bits = allowed[w]; bits; bits &= bits - 1) {
+        const size_t i = w * 64 + (size_t)std::countr_zero(bits);
+        if (i < logits.size()) cand_.push_back({(int32_t)i, logits[i], 0.0f});
+      }
+  }
+  if (cand_.empty()) {
+    cand_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); i++) cand_[i] = {(int32_t)i, logits[i], 0.0f};
+  }
   if (p_.repeat_penalty != 1.0f) apply_repeat_penalty(history);
   if (p_.temperature <= 0.0f) {
     const Candidate best = *std::max_element(cand_.begin(), cand_.end(),
@@ -70,8 +82,8 @@ void Sampler::build_distribution(std::span<const float> logits, std::span<const 
 
 double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  build_distribution(logits, history);
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed) {
+  build_distribution(logits, history, allowed);
   if (p_.temperature <= 0.0f) return cand_[0].id;  // greedy draws nothing
   // Inverse-CDF draw.
   const double u = uniform();
@@ -83,8 +95,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return cand_.back().id;
 }
 
-Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft) {
-  build_distribution(logits, history);
+Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                                 std::span<const uint64_t> allowed) {
+  build_distribution(logits, history, allowed);
   if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
   double p_draft = 0.0, rest = 0.0;
   for (const auto& c : cand_) (c.id == draft ? p_draft : rest) += c.p;

@@ -23,8 +23,12 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
-  // history: tokens so far (prompt and generated), for the repetition penalty.
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // history: tokens so far (prompt and generated), for the repetition penalty. allowed: a
+  // token mask (bit t of word t/64 set <=> token t may come next; constrained decoding, see
+  // engine/grammar/); empty: every token. The chain runs over the allowed tokens only, so the
+  // result is the unconstrained chain's distribution restricted to them and renormalized.
+  // A mask with no token set draws from the whole vocabulary (the caller ends such a sequence).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed = {});
 
   // Speculative verification of a drafted token (a point-mass proposal): accepted with the
   // probability p(draft) of this sampler's distribution (after penalty, top-k/p, min-p and
@@ -35,7 +39,9 @@ class Sampler {
     int32_t token;
     bool accepted;
   };
-  Verdict verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft);
+  // `allowed` as for sample(): a draft outside the mask has probability 0 and is rejected.
+  Verdict verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                 std::span<const uint64_t> allowed = {});
 
   static int32_t argmax(std::span<const float> logits);
 
@@ -48,7 +54,7 @@ class Sampler {
   void apply_repeat_penalty(std::span<const int32_t> history);
   void softmax();
   // Leaves the final distribution in cand_ (greedy: the argmax alone, p = 1).
-  void build_distribution(std::span<const float> logits, std::span<const int32_t> history);
+  void build_distribution(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed);
   double uniform();  // [0, 1), from the raw 64-bit output: the same on every standard library
 
   SamplingParams p_;

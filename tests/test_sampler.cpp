@@ -79,5 +79,53 @@ TEST(Sampler, RepetitionPenaltyDiscouragesRecentTokens) {
   EXPECT_EQ(s.sample(kLogits, history), 2);
 }
 
+// Mask of tokens {0, 2, 5} of kLogits' six (bit t set <=> token t allowed).
+const std::vector<uint64_t> kMask = {(1ull << 0) | (1ull << 2) | (1ull << 5)};
+
+TEST(Sampler, GreedyUnderAMaskIsTheBestAllowedToken) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  EXPECT_EQ(s.sample(kLogits, {}, kMask), 2);  // 1 and 4 (3.0) are masked; 2 (2.5) is the best left
+  const std::vector<uint64_t> only_last = {1ull << 5};
+  EXPECT_EQ(s.sample(kLogits, {}, only_last), 5);
+  const std::vector<uint64_t> none = {0};  // nothing allowed: the whole vocabulary, not a crash
+  EXPECT_EQ(s.sample(kLogits, {}, none), 1);
+}
+
+TEST(Sampler, DrawsUnderAMaskFollowTheRenormalizedDistribution) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+  p.seed = 3;
+  Sampler s(p);
+  std::map<int, int> count;
+  const int n = 20000;
+  for (int i = 0; i < n; i++) count[s.sample(kLogits, {}, kMask)]++;
+  const double z = std::exp(kLogits[0]) + std::exp(kLogits[2]) + std::exp(kLogits[5]);
+  for (int id = 0; id < 6; id++) {
+    const bool allowed = id == 0 || id == 2 || id == 5;
+    EXPECT_NEAR(count[id] / (double)n, allowed ? std::exp(kLogits[id]) / z : 0.0, 0.015) << id;
+  }
+}
+
+TEST(Sampler, VerifyRejectsADraftOutsideTheMask) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+  p.seed = 5;
+  Sampler s(p);
+  for (int i = 0; i < 200; i++) {
+    const Sampler::Verdict v = s.verify(kLogits, {}, 1, kMask);  // token 1: the likeliest, but masked
+    EXPECT_FALSE(v.accepted);
+    EXPECT_TRUE(v.token == 0 || v.token == 2 || v.token == 5) << v.token;
+  }
+  SamplingParams g;
+  g.temperature = 0;
+  Sampler greedy(g);
+  EXPECT_TRUE(greedy.verify(kLogits, {}, 2, kMask).accepted);
+  EXPECT_FALSE(greedy.verify(kLogits, {}, 1, kMask).accepted);
+}
+
 }  // namespace
 }  // namespace tandem

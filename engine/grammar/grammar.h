@@ -71,6 +71,14 @@ struct GrammarLimits {
 // stack would grow forever), the root in range, within `limits`. The error names the rule.
 Status validate(const Grammar& g, const GrammarLimits& limits = {});
 
+// The pieces of validate() a front end uses for messages of its own. nullable_rules: which rules
+// can match the empty string. left_recursion_cycle: a cycle of rules each calling the next before
+// consuming a byte (first == last), or empty when there is none; describe_cycle names it
+// ("a -> b -> a"). References out of range are treated as matching nothing.
+std::vector<bool> nullable_rules(const Grammar& g);
+std::vector<int32_t> left_recursion_cycle(const Grammar& g);
+std::string describe_cycle(const Grammar& g, const std::vector<int32_t>& cycle);
+
 // The UTF-8 byte sequences of code points in [lo, hi] (inclusive, surrogates excluded), as a
 // few sequences of byte-set elements: e.g. [U+0080, U+07FF] is one sequence [C2-DF][80-BF].
 // Front ends use it to lower character classes; a class is the alternatives of its ranges'

@@ -2,9 +2,9 @@
 // properties, required, additionalProperties false; string, number, integer, boolean, null;
 // enum and const; arrays with items, minItems, maxItems; anyOf; $ref into $defs/definitions,
 // recursive ones included; type lists like ["string", "null"]), plus string minLength/
-// maxLength and pattern-free formats. A keyword outside the subset is an error naming it and
-// its path (e.g. "schema at /properties/when: 'format' = 'date-time' is not supported"), never
-// silently ignored.
+// maxLength. A keyword outside the subset is an error naming it and its path (e.g. "schema at
+// /properties/when: 'format' = \"date-time\" is not supported"), never silently ignored.
+// docs/grammars.md lists the subset.
 //
 // Output JSON is compact with bounded whitespace (a newline and a few spaces at most between
 // tokens), so a small model cannot loop on whitespace forever.

@@ -1,0 +1,95 @@
+// Which vocabulary tokens may come next under a grammar: the matcher's state turned into a bit
+// per token.
+//
+// The masker walks a byte trie of every token (token_trie.h) depth first, advancing the
+// matcher's stacks one byte per trie edge through a lazily built DFA (lazy_dfa.h) and skipping a
+// subtree as soon as no stack survives, so a JSON structural position costs a few hundred
+// nodes. Two caches make recurring work cheap:
+// - masks by the matcher's exact state (its grammar and canonical stacks): a state that recurs
+//   (inside a string at the same nesting, after a comma at the same depth) costs a hash lookup;
+// - walks by the state's top (truncate_state: the stacks without the bottom frames they share):
+//   a string at a new nesting, or another property's string, shares the walk of the top and
+//   re-walks only the subtrees whose outcome depended on the frames cut off (tokens that close
+//   the string), a few hundred nodes instead of the whole trie.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/matcher.h"
+#include "engine/grammar/state_cache.h"
+#include "engine/grammar/token_trie.h"
+
+namespace tandem {
+class Tokenizer;
+}
+
+namespace tandem::grammar {
+
+class LazyDfa;
+
+struct TokenMask {  // bit t set <=> token t may come next
+  std::vector<uint64_t> bits;
+  bool test(int32_t t) const { return t >= 0 && (size_t)t / 64 < bits.size() && ((bits[t / 64] >> (t % 64)) & 1); }
+  size_t count() const;
+};
+
+// One per vocabulary, shared by every constrained request: mask() and allows() may run on many
+// threads at once (a mutex guards the caches; the trie is immutable).
+class TokenMasker {
+ public:
+  // token_bytes[t]: the bytes token t emits (empty: never allowed, e.g. control tokens);
+  // end_tokens: allowed exactly when the matcher can_end(), whatever their bytes.
+  // cache_entries: how many masks (and as many shared walks) the LRU caches keep.
+  TokenMasker(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, size_t cache_entries = 256);
+  // Token bytes from tok.token_to_piece(t, false): control tokens emit nothing.
+  static std::shared_ptr<const TokenMasker> for_tokenizer(const Tokenizer& tok, std::vector<int32_t> end_tokens);
+
+  std::shared_ptr<const TokenMask> mask(const Matcher& m) const;  // every allowed token
+  bool allows(const Matcher& m, int32_t t) const;                 // one token, cheap (the greedy fast path)
+  size_t n_vocab() const { return token_bytes_.size(); }
+  const std::string& token_bytes(int32_t t) const { return token_bytes_[t]; }
+
+  struct CacheStats {
+    uint64_t hits = 0, misses = 0;              // masks by exact state
+    uint64_t walk_hits = 0, walk_misses = 0;    // walks by the state's top
+    size_t entries = 0, walk_entries = 0;
+  };
+  CacheStats cache_stats() const;
+  // The mask walked afresh over the whole trie, no cache used (the reference; benchmarks).
+  TokenMask compute(const Matcher& m) const;
+  // What mask() computes on a miss: from the shared walk of the state's top (cached or walked
+  // now), re-walking the uncertain subtrees with the full state.
+  TokenMask compute_shared(const Matcher& m) const;
+
+ private:
+  // The walk of a truncated state: tokens it accepts whatever the frames cut off, and the trie
+  // nodes (subtree roots, in preorder) where the outcome depends on them.
+  struct SharedWalk {
+    std::vector<uint64_t> certain;
+    std::vector<int32_t> uncertain;
+  };
+  // Walks trie nodes [begin, end), the state before `begin` in at_depth[depth(begin) - 1];
+  // sets allowed tokens' bits in `bits` (one scratch word past the mask's end); uncertain
+  // subtree roots go to `uncertain`.
+  void walk(LazyDfa& dfa, int32_t begin, int32_t end, int32_t* at_depth, uint64_t* bits,
+            std::vector<int32_t>* uncertain) const;
+  std::shared_ptr<const SharedWalk> shared_walk(const Matcher& m, const std::vector<int32_t>& truncated) const;
+  std::vector<uint64_t> empty_bits() const;  // with the scratch word
+  void set_end_tokens(const Matcher& m, std::vector<uint64_t>& bits) const;
+
+  std::vector<std::string> token_bytes_;
+  std::vector<int32_t> end_tokens_;
+  std::vector<bool> is_end_;
+  TokenTrie trie_;
+
+  mutable std::mutex mu_;
+  mutable StateCache<TokenMask> masks_;
+  mutable StateCache<SharedWalk> walks_;
+  mutable CacheStats stats_;
+};
+
+}  // namespace tandem::grammar
