@@ -6,6 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/grammar/gbnf_parser.h"
+#include "engine/grammar/json_schema.h"
+#include "engine/grammar/matcher.h"
 #include "server/openai_request.h"
 #include "server/tool_use.h"
 
@@ -249,6 +252,61 @@ TEST(ToolUse, ForcedCallGrammarSplicesEachFunctionsSchema) {
   auto automatic = parse_request(chat_body({{"tools", {weather_tool()}}}), true, 1, &bad);
   ASSERT_TRUE(add_tool_call_constraint(&automatic.value(), ToolCallFamily::Hermes, refused).ok());
   EXPECT_EQ(automatic->constraint.kind, Kind::None);
+}
+
+// With the real JSON Schema front end: the forced-call grammar compiles, takes the call each
+// family's template writes (and that call parses back), and refuses another function or bad
+// arguments.
+TEST(ToolUse, ForcedCallGrammarCompilesAndMatchesTheFamilysCalls) {
+  std::string bad;
+  auto to_gbnf = [](const json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
+  const json time_tool = {{"type", "function"}, {"function", {{"name", "now"}}}};
+  struct Case {
+    ToolCallFamily family;
+    std::string good, wrong_name, bad_args;
+  };
+  const std::vector<Case> cases = {
+      {ToolCallFamily::Hermes,
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_time\"", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\""},
+      {ToolCallFamily::Llama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "{\"name\": \"x",
+       "{\"name\": \"get_weather\", \"parameters\": {\"city\": 3"},
+      {ToolCallFamily::Mistral,
+       "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {\"name\": \"now\", \"arguments\": {}}]",
+       "[TOOL_CALLS] [{\"name\": \"nope", "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {\"a\""},
+  };
+  for (const Case& c : cases) {
+    auto pr = parse_request(chat_body({{"tools", {weather_tool(), time_tool}}, {"tool_choice", "required"}}), true, 1, &bad);
+    ASSERT_TRUE(pr.ok());
+    const Status s = add_tool_call_constraint(&pr.value(), c.family, to_gbnf);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    auto g = grammar::parse_gbnf(pr->constraint.gbnf);
+    ASSERT_TRUE(g.ok()) << g.error().message << "\n" << pr->constraint.gbnf;
+    auto m = grammar::Matcher::create(g.value());
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_TRUE(m->can_accept(c.good)) << tool_call_family_name(c.family) << "\n" << pr->constraint.gbnf;
+    grammar::Matcher done = m.value();
+    ASSERT_TRUE(done.accept(c.good));
+    EXPECT_TRUE(done.can_end()) << tool_call_family_name(c.family);
+    EXPECT_FALSE(m->can_accept(c.wrong_name)) << tool_call_family_name(c.family);
+    EXPECT_FALSE(m->can_accept(c.bad_args)) << tool_call_family_name(c.family);
+    const auto parsed = parse_tool_calls(c.family, c.good);
+    ASSERT_GE(parsed.calls.size(), 1u);
+    EXPECT_EQ(parsed.calls[0].name, "get_weather");
+    EXPECT_EQ(parsed.calls[0].arguments, "{\"city\":\"Rome\"}");
+    EXPECT_EQ(parsed.content, "");
+  }
+  // One named function, one call: a second call cannot follow.
+  auto named = parse_request(chat_body({{"tools", {weather_tool(), time_tool}}, {"parallel_tool_calls", false},
+                                        {"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}}}),
+                             true, 1, &bad);
+  ASSERT_TRUE(add_tool_call_constraint(&named.value(), ToolCallFamily::Hermes, to_gbnf).ok());
+  auto m = grammar::Matcher::create(grammar::parse_gbnf(named->constraint.gbnf).value());
+  ASSERT_TRUE(m.ok());
+  const std::string one = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  ASSERT_TRUE(m->accept(one));
+  EXPECT_TRUE(m->must_end());
 }
 
 }  // namespace
