@@ -369,6 +369,12 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
                               "most {} bytes)",
                               text.size(), n_ctx, ctx.longest_token_bytes),
                   prompt_param);
+  // Until the engine enforces ParsedRequest::constraint (the lead compiles it here into the
+  // request's grammar: Gbnf via grammar::parse_gbnf, JsonSchema via grammar_from_json_schema,
+  // JsonObject via any_json_object_grammar), a constrained request is refused, not run free.
+  if (pr.constraint.kind != ParsedRequest::OutputConstraint::Kind::None)
+    return reject(400, fmt::format("'{}': constrained decoding is not enabled in this build yet", pr.constraint.name),
+                  pr.constraint.name == "grammar" ? "grammar" : pr.constraint.name == "tool_choice" ? "tool_choice" : "response_format");
   RequestParams rp;
   // The tokenizer is immutable and thread-safe: each worker encodes on its own, outside any lock.
   rp.prompt = chat ? ctx.tok.encode_chat(rendered, ctx.allow_special_in_messages) : ctx.tok.encode(text, true, true);
