@@ -162,6 +162,7 @@ def tools_template_checks(client, port):
 
 def forced_call_checks(client):
     """tool_choice required / named: needs the engine's constrained decoding."""
+    import openai
     try:
         import jsonschema
     except ImportError:
@@ -170,8 +171,12 @@ def forced_call_checks(client):
     chat = client.chat.completions.create
     for choice, want in [("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")]:
         for seed in range(3):
-            r = chat(model="m", messages=[{"role": "user", "content": "Hi there! What is new?"}], tools=[WEATHER, TIME],
-                     tool_choice=choice, max_tokens=80, temperature=1.0, seed=seed)
+            try:
+                r = chat(model="m", messages=[{"role": "user", "content": "Hi there! What is new?"}], tools=[WEATHER, TIME],
+                         tool_choice=choice, max_tokens=80, temperature=1.0, seed=seed)
+            except openai.BadRequestError as e:
+                check(False, f"[needs constrained decoding] tool_choice {json.dumps(choice)}: {e}")
+                break
             calls = r.choices[0].message.tool_calls or []
             ok = r.choices[0].finish_reason == "tool_calls" and len(calls) >= 1
             for c in calls:
