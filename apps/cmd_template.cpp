@@ -13,6 +13,7 @@
 #include "apps/common.h"
 #include "gguf/gguf_file.h"
 #include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::apps {
@@ -94,7 +95,8 @@ Command add_template_command(CLI::App& app) {
       if (!tools.ok()) return fail(tools.error().message);
       extra["tools"] = tools.value();
     }
-    auto prompt = tmpl->render_json(messages.value(), !a->no_generation_prompt, &extra);
+    // As the server renders them: OpenAI tool-call arguments (JSON strings) as objects.
+    auto prompt = tmpl->render_json(messages_for_template(messages.value()), !a->no_generation_prompt, &extra);
     if (!prompt.ok()) return fail(prompt.error().message);
     if (a->ids) {
       const auto ids = tok->encode_chat(prompt.value(), a->allow_special_in_messages);

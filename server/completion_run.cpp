@@ -3,14 +3,19 @@
 #include <fmt/format.h>
 
 #include <ctime>
+#include <algorithm>
 #include <deque>
+#include <optional>
 #include <mutex>
 #include <random>
 
+#include "chat/tool_calls.h"
 #include "core/timer.h"
+#include "engine/grammar/json_schema.h"
 #include "server/openai_json.h"
 #include "server/openai_request.h"
 #include "server/text_stream.h"
+#include "server/tool_use.h"
 
 namespace tandem::server {
 
@@ -32,13 +37,24 @@ HttpResponse json_response(int status, const ojson& body, const HttpHeaders& ext
   return {status, "application/json", dump_json(body), extra};
 }
 
+// How a chat answer with tools active is read: the family's parser, and the marker tokens
+// rendered as text for it.
+struct ToolOutput {
+  ToolCallFamily family = ToolCallFamily::Hermes;
+  std::vector<int32_t> marker_tokens;
+};
+
 // A request between submission and its last byte. Engine events (on the engine thread) are
 // queued; drain() handles them in order on a worker thread.
 class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
  public:
-  CompletionRun(EndpointContext& ctx, bool chat, ParsedRequest pr, int n_prompt, std::shared_ptr<ResponseWriter> w, HttpHeaders extra)
+  CompletionRun(EndpointContext& ctx, bool chat, ParsedRequest pr, int n_prompt, std::shared_ptr<ResponseWriter> w, HttpHeaders extra,
+                std::optional<ToolOutput> tools = std::nullopt)
       : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
-        text_(pr_.stop) {}
+        text_(pr_.stop), tool_output_(std::move(tools)) {
+    if (tool_output_)
+      tool_stream_ = std::make_unique<ToolCallStream>(tool_output_->family, pr_.parallel_tool_calls ? SIZE_MAX : 1);
+  }
 
   void submit(RequestParams rp) {
     auto self = shared_from_this();
@@ -115,11 +131,22 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     if (last_token_s_ < 0) ctx_.metrics.observe_ttft(it.at_s);
     else ctx_.metrics.observe_tpot(it.at_s - last_token_s_);
     last_token_s_ = it.at_s;
-    if (text_.stopped()) return;  // tokens the engine made before it saw our cancel
+    if (text_.stopped() || calls_complete_) return;  // tokens the engine made before it saw our cancel
     completion_tokens_++;
-    const std::string piece = ctx_.tok.token_to_piece(e.token);
-    const std::string text = text_.push(piece);
+    const std::string piece = ctx_.tok.token_to_piece(e.token, is_tool_marker(e.token));
+    std::string text = text_.push(piece);
     if (text_.stopped()) ctx_.loop.cancel(id_);
+    std::vector<ToolCall> calls;
+    if (tool_stream_) {
+      ToolCallOutput o = tool_stream_->push(text);
+      text = std::move(o.content);
+      calls = std::move(o.calls);
+      // parallel_tool_calls false: the answer ends with its first call.
+      if (tool_stream_->saturated() && !calls_complete_) {
+        calls_complete_ = true;
+        ctx_.loop.cancel(id_);
+      }
+    }
     TokenLogprob lp;
     if (pr_.logprobs) {
       lp.bytes = piece;
@@ -129,6 +156,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     }
     if (!pr_.stream) {
       text_out_ += text;
+      add_calls(std::move(calls));
       if (pr_.logprobs) logprobs_.push_back(std::move(lp));
       return;
     }
@@ -137,6 +165,34 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       if (pr_.logprobs) lj = chat_ ? chat_logprobs({lp}) : completion_logprobs({lp}, pr_.top_logprobs > 0, streamed_bytes_);
       streamed_bytes_ += lp.bytes.size();
       send(chunk(text, lj, nullptr, false));
+    }
+    send_calls(std::move(calls));
+  }
+
+  bool is_tool_marker(int32_t token) const {
+    return tool_output_ && std::find(tool_output_->marker_tokens.begin(), tool_output_->marker_tokens.end(), token) !=
+                               tool_output_->marker_tokens.end();
+  }
+
+  void add_calls(std::vector<ToolCall> calls) {
+    for (ToolCall& c : calls) {
+      ojson j = {{"id", make_tool_call_id(tool_output_->family, id_rng_)},
+                 {"type", "function"},
+                 {"function", {{"name", std::move(c.name)}, {"arguments", std::move(c.arguments)}}}};
+      tool_calls_.push_back(std::move(j));
+    }
+  }
+
+  // Each call as OpenAI streams one: its id, type and name with empty arguments, then the arguments.
+  void send_calls(std::vector<ToolCall> calls) {
+    const size_t first = tool_calls_.size();
+    add_calls(std::move(calls));
+    for (size_t i = first; i < tool_calls_.size(); i++) {
+      const ojson& c = tool_calls_[i];
+      ojson head = {{"index", i}, {"id", c["id"]}, {"type", "function"}, {"function", {{"name", c["function"]["name"]}, {"arguments", ""}}}};
+      send(delta_chunk({{"tool_calls", ojson::array({head})}}, nullptr));
+      ojson args = {{"index", i}, {"function", {{"arguments", c["function"]["arguments"]}}}};
+      send(delta_chunk({{"tool_calls", ojson::array({args})}}, nullptr));
     }
   }
 
@@ -165,19 +221,36 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 
   void on_finish(const SeqEvent& e) {
     done_ = true;
-    const std::string reason = finish_name(e.finish, text_.stopped());
+    std::string reason = finish_name(e.finish, text_.stopped() || calls_complete_);
     ctx_.metrics.request_finished(reason);
     if (e.finish == FinishReason::Error) return fail(e.error);
-    const std::string rest = text_.flush();
+    std::string rest = text_.flush();
+    std::vector<ToolCall> calls;
+    if (tool_stream_) {
+      ToolCallOutput o = tool_stream_->push(rest);
+      ToolCallOutput end = tool_stream_->finish();
+      rest = o.content + end.content;
+      calls = std::move(o.calls);
+      for (ToolCall& c : end.calls) calls.push_back(std::move(c));
+      if (reason == "stop" && tool_stream_->calls_so_far() > 0) reason = "tool_calls";
+    }
     if (!pr_.stream) {
+      add_calls(std::move(calls));
       ojson choice = {{"index", 0}};
-      if (chat_) choice["message"] = {{"role", "assistant"}, {"content", text_out_ + rest}};
-      else choice["text"] = text_out_ + rest;
+      if (chat_) {
+        const std::string content = text_out_ + rest;
+        // With calls and no text, content is null, as OpenAI answers.
+        choice["message"] = {{"role", "assistant"}, {"content", content.empty() && !tool_calls_.empty() ? ojson(nullptr) : ojson(content)}};
+        if (!tool_calls_.empty()) choice["message"]["tool_calls"] = tool_calls_;
+      } else {
+        choice["text"] = text_out_ + rest;
+      }
       choice["logprobs"] = !pr_.logprobs ? ojson(nullptr) : chat_ ? chat_logprobs(logprobs_) : completion_logprobs(logprobs_, pr_.top_logprobs > 0);
       choice["finish_reason"] = reason;
       return w_->respond(json_response(200, envelope(chat_ ? "chat.completion" : "text_completion", ojson::array({choice}), true), extra_));
     }
     if (!rest.empty()) send(chunk(rest, nullptr, nullptr, false));
+    send_calls(std::move(calls));
     send(chunk("", nullptr, reason, false));
     if (pr_.include_usage) send(envelope(chat_ ? "chat.completion.chunk" : "text_completion", ojson::array(), true));
     w_->write("data: [DONE]\n\n");
@@ -199,6 +272,12 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     if (usage)
       j["usage"] = {{"prompt_tokens", n_prompt_}, {"completion_tokens", completion_tokens_}, {"total_tokens", n_prompt_ + completion_tokens_}};
     return j;
+  }
+
+  // A chat chunk with this delta (tool calls).
+  ojson delta_chunk(ojson delta, const ojson& finish) const {
+    ojson choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    return envelope("chat.completion.chunk", ojson::array({choice}), false);
   }
 
   ojson chunk(const std::string& text, const ojson& logprob, const ojson& finish, bool first) const {
@@ -241,6 +320,12 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   size_t streamed_bytes_ = 0;
   double last_token_s_ = -1;
   bool done_ = false, started_ = false;
+  // Tools active: the parser of the answer, the calls so far (OpenAI's JSON), their ids' source.
+  std::optional<ToolOutput> tool_output_;
+  std::unique_ptr<ToolCallStream> tool_stream_;
+  ojson tool_calls_ = ojson::array();
+  std::mt19937_64 id_rng_{std::random_device{}()};
+  bool calls_complete_ = false;  // parallel_tool_calls false and the one call has come
 };
 
 }  // namespace
@@ -259,9 +344,16 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   ParsedRequest pr = std::move(parsed.value());
   if (chat && !ctx.chat) return reject(400, "this model has no usable chat template; use /v1/completions");
   RenderedPrompt rendered;  // chat: which bytes came from the request; completions: all the caller's
+  std::optional<ToolOutput> tool_output;
   if (chat) {
-    const ojson extra_vars = pr.tools.is_array() ? ojson{{"tools", pr.tools}} : ojson::object();
-    auto r = ctx.chat->render_json(pr.messages, true, &extra_vars);
+    auto format = tool_format_for(pr, *ctx.chat, &ctx.tok.vocab());
+    if (!format.ok()) return reject(400, format.error().message, "tools");
+    if (pr.tools_active()) tool_output = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
+    const Status forced = add_tool_call_constraint(&pr, format->family, [](const ojson& schema, const std::string& prefix) {
+      return grammar::json_schema_to_gbnf(schema, prefix);
+    });
+    if (!forced.ok()) return reject(400, forced.error().message, "tools");
+    auto r = render_chat_prompt(*ctx.chat, pr, true);
     if (!r.ok()) return reject(400, r.error().message, "messages");
     rendered = std::move(r.value());
   } else {
@@ -277,6 +369,12 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
                               "most {} bytes)",
                               text.size(), n_ctx, ctx.longest_token_bytes),
                   prompt_param);
+  // Until the engine enforces ParsedRequest::constraint (the lead compiles it here into the
+  // request's grammar: Gbnf via grammar::parse_gbnf, JsonSchema via grammar_from_json_schema,
+  // JsonObject via any_json_object_grammar), a constrained request is refused, not run free.
+  if (pr.constraint.kind != ParsedRequest::OutputConstraint::Kind::None)
+    return reject(400, fmt::format("'{}': constrained decoding is not enabled in this build yet", pr.constraint.name),
+                  pr.constraint.name == "grammar" ? "grammar" : pr.constraint.name == "tool_choice" ? "tool_choice" : "response_format");
   RequestParams rp;
   // The tokenizer is immutable and thread-safe: each worker encodes on its own, outside any lock.
   rp.prompt = chat ? ctx.tok.encode_chat(rendered, ctx.allow_special_in_messages) : ctx.tok.encode(text, true, true);
@@ -295,7 +393,7 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
   rp.speculative = pr.speculative;
   const int n_prompt = (int)rp.prompt.size();
-  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra));
+  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra), std::move(tool_output));
   run->submit(std::move(rp));
 }
 

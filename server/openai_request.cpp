@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
+
 namespace tandem::server {
 
 namespace {
@@ -62,32 +64,272 @@ Status parse_speculative(Checker& c, std::optional<SpeculativeParams>* out) {
   return Status::Ok();
 }
 
+
+// Every OpenAI field of each endpoint, and whether tandem honours it (Read), accepts it only
+// at the value that changes nothing (NoOp, checked by no_op_ok), or does not do it at all
+// (Refused: only null, the default, passes).
+enum class Use { Read, NoOp, Refused };
+struct Field {
+  std::string_view name;
+  bool chat, completions;
+  Use use;
+};
+constexpr Field kFields[] = {
+    {"model", true, true, Use::Read},
+    {"messages", true, false, Use::Read},
+    {"prompt", false, true, Use::Read},
+    {"max_tokens", true, true, Use::Read},
+    {"max_completion_tokens", true, false, Use::Read},
+    {"temperature", true, true, Use::Read},
+    {"top_p", true, true, Use::Read},
+    {"seed", true, true, Use::Read},
+    {"n", true, true, Use::Read},
+    {"stream", true, true, Use::Read},
+    {"stream_options", true, true, Use::Read},
+    {"stop", true, true, Use::Read},
+    {"logprobs", true, true, Use::Read},
+    {"top_logprobs", true, false, Use::Read},
+    {"echo", false, true, Use::Read},
+    {"tools", true, false, Use::Read},
+    {"tool_choice", true, false, Use::Read},
+    {"parallel_tool_calls", true, false, Use::Read},
+    {"response_format", true, false, Use::Read},
+    {"speculative", true, true, Use::Read},  // tandem's
+    {"grammar", true, true, Use::Read},      // tandem's
+    {"frequency_penalty", true, true, Use::NoOp},
+    {"presence_penalty", true, true, Use::NoOp},
+    {"logit_bias", true, true, Use::NoOp},
+    {"user", true, true, Use::NoOp},
+    {"best_of", false, true, Use::NoOp},
+    {"store", true, false, Use::NoOp},
+    {"metadata", true, false, Use::NoOp},
+    {"service_tier", true, false, Use::NoOp},
+    {"modalities", true, false, Use::NoOp},
+    {"prompt_cache_key", true, false, Use::NoOp},
+    {"safety_identifier", true, false, Use::NoOp},
+    {"functions", true, false, Use::Refused},
+    {"function_call", true, false, Use::Refused},
+    {"audio", true, false, Use::Refused},
+    {"prediction", true, false, Use::Refused},
+    {"web_search_options", true, false, Use::Refused},
+    {"reasoning_effort", true, false, Use::Refused},
+    {"verbosity", true, false, Use::Refused},
+    {"suffix", false, true, Use::Refused},
+};
+
+// The value of a NoOp field that changes nothing; the message says which that is.
+bool no_op_ok(std::string_view key, const json& v, std::string* what) {
+  if (key == "frequency_penalty" || key == "presence_penalty") {
+    *what = "is not supported (tandem accepts only 0)";
+    return v.is_number() && v.get<double>() == 0;
+  }
+  if (key == "logit_bias") {
+    *what = "is not supported (tandem accepts only {})";
+    return v.is_object() && v.empty();
+  }
+  if (key == "best_of") {
+    *what = "is not supported (tandem accepts only 1)";
+    return v.is_number_integer() && v.get<int64_t>() == 1;
+  }
+  if (key == "store") {
+    *what = "is not supported (tandem stores nothing: only false)";
+    return v.is_boolean() && !v.get<bool>();
+  }
+  if (key == "service_tier") {
+    *what = "is not supported (tandem accepts only \"auto\" or \"default\")";
+    return v.is_string() && (v.get<std::string>() == "auto" || v.get<std::string>() == "default");
+  }
+  if (key == "modalities") {
+    *what = "is not supported (tandem answers in text only: [\"text\"])";
+    return v == json::array({"text"});
+  }
+  if (key == "metadata") {
+    *what = "must be an object of strings";
+    if (!v.is_object()) return false;
+    return std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); });
+  }
+  *what = "must be a string";  // user, prompt_cache_key, safety_identifier: informational
+  return v.is_string();
+}
+
+Status check_fields(Checker& c, bool chat, std::initializer_list<std::string_view> also_allowed) {
+  for (auto it = c.body.begin(); it != c.body.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find(also_allowed.begin(), also_allowed.end(), key) != also_allowed.end()) continue;
+    const Field* f = nullptr;
+    for (const Field& x : kFields)
+      if (x.name == key && (chat ? x.chat : x.completions)) f = &x;
+    if (!f)
+      return c.fail(key, chat ? "is not supported by /v1/chat/completions in tandem" : "is not supported by /v1/completions in tandem");
+    if (f->use == Use::Refused && !it.value().is_null()) {
+      if (key == "functions" || key == "function_call") return c.fail(key, "is not supported; use 'tools' and 'tool_choice'");
+      return c.fail(key, "is not supported");
+    }
+    std::string what;
+    if (f->use == Use::NoOp && !it.value().is_null() && !no_op_ok(key, it.value(), &what)) return c.fail(key, what);
+  }
+  return Status::Ok();
+}
+
+bool valid_function_name(const json& v) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.empty() || s.size() > 64) return false;
+  return std::all_of(s.begin(), s.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+  });
+}
+
+bool present(const json& o, const char* key) { return o.contains(key) && !o[key].is_null(); }
+
+// Messages: a role each; content a string, parts or null; an assistant's tool_calls and a
+// tool message's tool_call_id in OpenAI's shape.
+Status parse_messages(Checker& c, ParsedRequest* r) {
+  const json& body = c.body;
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    return c.fail("messages", "must be a non-empty array of {\"role\": ..., \"content\": ...}");
+  for (const auto& m : body["messages"]) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return c.fail("messages", "entries need a string 'role'");
+    if (m.contains("content") && !m["content"].is_string() && !m["content"].is_array() && !m["content"].is_null())
+      return c.fail("messages", "'content' must be a string or an array of parts");
+    if (present(m, "tool_calls")) {
+      if (m["role"] != "assistant" || !m["tool_calls"].is_array())
+        return c.fail("messages", "'tool_calls' must be an array, on an assistant message");
+      for (const auto& tc : m["tool_calls"]) {
+        if (!tc.is_object() || !tc.contains("id") || !tc["id"].is_string() || !tc.contains("function") ||
+            !tc["function"].is_object() || !tc["function"].contains("name") || !tc["function"]["name"].is_string() ||
+            !tc["function"].contains("arguments") || !tc["function"]["arguments"].is_string())
+          return c.fail("messages", "each of 'tool_calls' needs an 'id' and a 'function' with a string 'name' and 'arguments'");
+        if (tc.contains("type") && tc["type"] != "function") return c.fail("messages", "a tool call's 'type' must be \"function\"");
+      }
+    }
+    if (m["role"] == "tool" && (!m.contains("tool_call_id") || !m["tool_call_id"].is_string()))
+      return c.fail("messages", "a 'tool' message needs a string 'tool_call_id'");
+  }
+  r->messages = body["messages"];
+  return Status::Ok();
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}].
+Status parse_tools(Checker& c, ParsedRequest* r) {
+  if (!present(c.body, "tools")) return Status::Ok();
+  const json& tools = c.body["tools"];
+  if (!tools.is_array()) return c.fail("tools", "must be an array");
+  for (const auto& t : tools) {
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+      return c.fail("tools", "entries must be {\"type\": \"function\", \"function\": {...}} (other tool types are not supported)");
+    if (!t.contains("function") || !t["function"].is_object()) return c.fail("tools", "entries need a 'function' object");
+    const json& fn = t["function"];
+    if (!fn.contains("name") || !valid_function_name(fn["name"]))
+      return c.fail("tools", "a function's 'name' must be 1 to 64 letters, digits, '_' or '-'");
+    if (present(fn, "description") && !fn["description"].is_string()) return c.fail("tools", "a function's 'description' must be a string");
+    if (present(fn, "parameters") && !fn["parameters"].is_object())
+      return c.fail("tools", "a function's 'parameters' must be a JSON Schema object");
+    if (present(fn, "strict") && !fn["strict"].is_boolean()) return c.fail("tools", "a function's 'strict' must be true or false");
+    for (const auto& other : tools)
+      if (&other != &t && other.is_object() && other.contains("function") && other["function"].is_object() &&
+          other["function"].value("name", json()) == fn["name"])
+        return c.fail("tools", "function names must be unique");
+  }
+  r->tools = tools;
+  return Status::Ok();
+}
+
+Status parse_tool_choice(Checker& c, ParsedRequest* r) {
+  using TC = ParsedRequest::ToolChoice;
+  TANDEM_TRY(c.boolean("parallel_tool_calls", &r->parallel_tool_calls));
+  if (!present(c.body, "tool_choice")) return Status::Ok();
+  const json& v = c.body["tool_choice"];
+  const bool have_tools = r->tools.is_array() && !r->tools.empty();
+  if (v == "none") {
+    r->tool_choice = TC::None;
+  } else if (v == "auto") {
+    r->tool_choice = TC::Auto;
+  } else if (v == "required") {
+    if (!have_tools) return c.fail("tool_choice", "\"required\" needs 'tools'");
+    r->tool_choice = TC::Required;
+  } else if (v.is_object() && v.contains("type") && v["type"] == "function") {
+    if (!v.contains("function") || !v["function"].is_object() || !v["function"].contains("name") || !v["function"]["name"].is_string())
+      return c.fail("tool_choice", "must name its function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    const std::string name = v["function"]["name"].get<std::string>();
+    bool known = false;
+    if (have_tools)
+      for (const auto& t : r->tools) known = known || t["function"]["name"] == name;
+    if (!known) return c.fail("tool_choice", fmt::format("names '{}', which is not one of 'tools'", name));
+    r->tool_choice = TC::Function;
+    r->tool_choice_function = name;
+  } else {
+    return c.fail("tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  return Status::Ok();
+}
+
+// response_format: {"type": "text" | "json_object"} or {"type": "json_schema", "json_schema":
+// {"name", "schema", "description"?, "strict"?}}.
+Status parse_response_format(Checker& c, ParsedRequest* r) {
+  using Kind = ParsedRequest::OutputConstraint::Kind;
+  if (!present(c.body, "response_format")) return Status::Ok();
+  const json& v = c.body["response_format"];
+  if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+    return c.fail("response_format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+  const std::string type = v["type"].get<std::string>();
+  if (type == "text") return Status::Ok();
+  if (type == "json_object") {
+    r->constraint.kind = Kind::JsonObject;
+    r->constraint.name = "json_object";
+    return Status::Ok();
+  }
+  if (type != "json_schema") return c.fail("response_format", fmt::format("type '{}' is not supported", type));
+  if (!v.contains("json_schema") || !v["json_schema"].is_object())
+    return c.fail("response_format", "type json_schema needs a 'json_schema' object: {\"name\": ..., \"schema\": {...}}");
+  const json& js = v["json_schema"];
+  if (!js.contains("name") || !valid_function_name(js["name"]))
+    return c.fail("response_format", "json_schema's 'name' must be 1 to 64 letters, digits, '_' or '-'");
+  if (!js.contains("schema") || !js["schema"].is_object()) return c.fail("response_format", "json_schema needs a 'schema' object");
+  if (present(js, "strict") && !js["strict"].is_boolean()) return c.fail("response_format", "json_schema's 'strict' must be true or false");
+  if (present(js, "description") && !js["description"].is_string())
+    return c.fail("response_format", "json_schema's 'description' must be a string");
+  r->constraint.kind = Kind::JsonSchema;
+  r->constraint.schema = js["schema"];
+  r->constraint.name = js["name"].get<std::string>();
+  return Status::Ok();
+}
+
+// At most one constraint: response_format, grammar, or a forced tool call.
+Status parse_grammar(Checker& c, ParsedRequest* r) {
+  using Kind = ParsedRequest::OutputConstraint::Kind;
+  const char* only_one = "only one of 'response_format' (json), 'grammar' and a forced tool call may constrain a request";
+  if (present(c.body, "grammar")) {
+    const json& g = c.body["grammar"];
+    if (!g.is_string() || g.get_ref<const std::string&>().empty()) return c.fail("grammar", "must be GBNF text (a non-empty string)");
+    if (r->constraint.kind != Kind::None) return c.fail("grammar", only_one);
+    r->constraint.kind = Kind::Gbnf;
+    r->constraint.gbnf = g.get<std::string>();
+    r->constraint.name = "grammar";
+  }
+  if (r->tool_call_forced() && r->constraint.kind != Kind::None) return c.fail("tool_choice", only_one);
+  return Status::Ok();
+}
+
 }  // namespace
 
-Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_if_absent, std::string* bad) {
+Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_if_absent, std::string* bad,
+                                    std::initializer_list<std::string_view> also_allowed) {
   if (!body.is_object()) {
     *bad = "";
     return make_error("the request body must be a JSON object");
   }
   Checker c{body, bad};
+  TANDEM_TRY(check_fields(c, chat, also_allowed));
   ParsedRequest r;
   r.chat = chat;
   if (body.contains("model") && !body["model"].is_null() && !body["model"].is_string())
     return c.fail("model", "must be a string").error();
   if (chat) {
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-      return c.fail("messages", "must be a non-empty array of {\"role\": ..., \"content\": ...}").error();
-    for (const auto& m : body["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        return c.fail("messages", "entries need a string 'role'").error();
-      if (m.contains("content") && !m["content"].is_string() && !m["content"].is_array() && !m["content"].is_null())
-        return c.fail("messages", "'content' must be a string or an array of parts").error();
-    }
-    r.messages = body["messages"];
-    if (body.contains("tools") && !body["tools"].is_null()) {
-      if (!body["tools"].is_array()) return c.fail("tools", "must be an array").error();
-      r.tools = body["tools"];
-    }
+    TANDEM_TRY(parse_messages(c, &r));
+    TANDEM_TRY(parse_tools(c, &r));
+    TANDEM_TRY(parse_tool_choice(c, &r));
+    TANDEM_TRY(parse_response_format(c, &r));
   } else {
     if (!body.contains("prompt")) return c.fail("prompt", "is required").error();
     const json& p = body["prompt"];
@@ -121,6 +363,11 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const json& so = body["stream_options"];
     if (!so.is_object()) return c.fail("stream_options", "must be an object").error();
+    for (auto it = so.begin(); it != so.end(); ++it) {
+      // tandem pads no chunks: include_obfuscation is accepted only as false.
+      if (it.key() == "include_obfuscation" && (it.value().is_null() || it.value() == false)) continue;
+      if (it.key() != "include_usage") return c.fail("stream_options", fmt::format("'{}' is not supported", it.key())).error();
+    }
     if (so.contains("include_usage")) {
       if (!so["include_usage"].is_boolean()) return c.fail("stream_options", "include_usage must be true or false").error();
       r.include_usage = so["include_usage"].get<bool>();
@@ -160,6 +407,7 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
   bool echo = false;
   TANDEM_TRY(c.boolean("echo", &echo));
   if (echo) return c.fail("echo", "is not supported").error();
+  TANDEM_TRY(parse_grammar(c, &r));
   return r;
 }
 

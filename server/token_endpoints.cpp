@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "server/openai_request.h"
+#include "server/tool_use.h"
 
 namespace tandem::server {
 
@@ -88,7 +89,7 @@ Result<std::string> detokenize_answer(const ojson& body, const Tokenizer& tok, s
 Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate* chat, std::string* bad) {
   TANDEM_TRY(require_object(body, bad));
   // The same body as /v1/chat/completions, validated the same way (messages, tools, ...).
-  auto parsed = parse_request(body, true, 0, bad);
+  auto parsed = parse_request(body, true, 0, bad, {"add_generation_prompt"});
   if (!parsed.ok()) return parsed.error();
   bool add_generation_prompt = true;
   TANDEM_TRY(optional_bool(body, "add_generation_prompt", &add_generation_prompt, bad));
@@ -97,8 +98,11 @@ Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate*
     return make_error("this model has no usable chat template");
   }
   const ParsedRequest& pr = parsed.value();
-  const ojson extra_vars = pr.tools.is_array() ? ojson{{"tools", pr.tools}} : ojson::object();
-  auto rendered = chat->render_json(pr.messages, add_generation_prompt, &extra_vars);
+  if (auto f = tool_format_for(pr, *chat, nullptr); !f.ok()) {
+    *bad = "tools";
+    return f.error();
+  }
+  auto rendered = render_chat_prompt(*chat, pr, add_generation_prompt);
   if (!rendered.ok()) {
     *bad = "messages";
     return rendered.error();

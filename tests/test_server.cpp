@@ -37,7 +37,7 @@ using json = nlohmann::ordered_json;
 TEST(OpenAiRequest, ParsesAndValidates) {
   std::string bad;
   auto r = parse_request(json{{"prompt", "hi"}, {"max_tokens", 5}, {"temperature", 0.5}, {"top_p", 0.9}, {"seed", 3},
-                              {"stop", {"a", "b"}}, {"stream", true}, {"logprobs", 2}, {"unknown_field", {1, 2}}},
+                              {"stop", {"a", "b"}}, {"stream", true}, {"logprobs", 2}},
                          false, 99, &bad);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->prompt, "hi");
@@ -59,6 +59,7 @@ TEST(OpenAiRequest, ParsesAndValidates) {
       {json{{"prompt", "x"}, {"n", 3}}, "n"},
       {json{{"prompt", {"a", "b"}}}, "prompt"},
       {json{{"prompt", "x"}, {"echo", true}}, "echo"},
+      {json{{"prompt", "x"}, {"unknown_field", {1, 2}}}, "unknown_field"},  // never silently ignored
   };
   for (const auto& [body, param] : bad_bodies) {
     auto b = parse_request(body, false, 1, &bad);
@@ -613,7 +614,7 @@ TEST(TokenEndpoints, ApplyTemplateRendersWhatChatWouldTokenize) {
   EXPECT_EQ(prompt({{"messages", msgs}}, &t.value()), "<s><system>Be brief.</system><user>Hi <b></user><assistant>");
   EXPECT_EQ(prompt({{"messages", msgs}, {"add_generation_prompt", false}}, &t.value()),
             "<s><system>Be brief.</system><user>Hi <b></user>");
-  EXPECT_EQ(prompt({{"messages", msgs}, {"tools", json::array({{{"type", "function"}}})}}, &t.value()),
+  EXPECT_EQ(prompt({{"messages", msgs}, {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}}, &t.value()),
             "<s><system>Be brief.</system><user>Hi <b></user>[1 tools]<assistant>");
   // Validated as /v1/chat/completions validates its body.
   for (const json& b : {json{{"messages", json::array()}}, json{{"messages", "hi"}}, json{{"messages", {{{"content", "x"}}}}},

@@ -1,0 +1,39 @@
+// Chat requests with tools, between the request and the engine: whether the model's template
+// takes tools (a 400 when it cannot), the prompt rendered with them, the constraint a forced
+// call follows (tool_choice "required" or a named function), and the control tokens whose text
+// the answer's parser must see. The parsing itself is chat/tool_calls.h.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "chat/tool_calls.h"
+#include "core/error.h"
+#include "server/openai_request.h"
+
+namespace tandem::server {
+
+// The format of the template's calls. An error (for the request's 'tools') when tools are
+// active and the template does not read a `tools` variable. `vocab` may be null.
+Result<ToolCallFormat> tool_format_for(const ParsedRequest& pr, const ChatTemplate& chat, const Vocab* vocab);
+
+// The chat prompt: messages as templates expect them (tool-call arguments as objects), and
+// {"tools": [...]} when tools are active (tool_choice "none" renders none).
+Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const ParsedRequest& pr, bool add_generation_prompt);
+
+// JSON Schema -> GBNF rules named `prefix` + ..., entry `prefix` + "root"
+// (grammar::json_schema_to_gbnf; a parameter so that this is testable on its own).
+using SchemaToGbnf = std::function<Result<std::string>(const nlohmann::ordered_json& schema, const std::string& prefix)>;
+
+// For a forced call, sets pr->constraint to GBNF for a call in `family`'s format whose
+// arguments follow the function's `parameters` (no parameters: {}). One call, or one or more
+// when parallel_tool_calls allows (Llama: always one). An unsupported schema is an error
+// naming the function.
+Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf);
+
+// Ids of the vocabulary's tokens that spell the family's markers, rendered as text for the parser.
+std::vector<int32_t> tool_marker_tokens(const Vocab& vocab, ToolCallFamily family);
+
+}  // namespace tandem::server

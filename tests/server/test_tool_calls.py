@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Tool calls and honest request fields under the official `openai` client (issue 25).
+
+On the bundled SmolLM2, whose own template takes no tools:
+  - a request with tools is a 400 naming 'tools' (tool_choice "none" is fine: nothing rendered);
+  - fields tandem does not honour are 400s naming them; their no-op values are accepted.
+With --chat-template-file tests/data/chat_templates/smollm2-tools.jinja (Hermes/Qwen style):
+  - tools are rendered (the prompt grows; /apply-template shows them), and not for "none";
+  - a model that answers in the <tool_call> format (a few-shot conversation makes the 135M
+    model do so, greedily) gets message.tool_calls and finish_reason "tool_calls", the same
+    streamed as deltas; parallel_tool_calls false stops at the first call;
+  - a round trip: the call and a `tool` message render back into the prompt as the template
+    writes them, and the next answer comes;
+  - tool_choice "required" / a named function: a call whose arguments validate against the
+    function's schema (Python's jsonschema). This needs constrained decoding in the engine.
+Exit code 77 (CTest: skipped) when the model or the openai package is missing.
+
+    python3 tests/server/test_tool_calls.py --tandem build/tandem --model models/....gguf
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_openai_server import SKIP, check, failures, raw, start_server  # noqa: E402
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates", "smollm2-tools.jinja")
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                   "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a timezone",
+    "parameters": {"type": "object", "properties": {"timezone": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
+                   "required": ["timezone"], "additionalProperties": False}}}
+QUESTION = [{"role": "user", "content": "What is the weather in Rome?"}]
+
+
+def past_call(i, city):
+    return {"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+
+
+def few_shot(pairs, question):
+    """Earlier turns where the assistant answered with calls: the small model then does the same."""
+    msgs, n = [], 0
+    for cities in pairs:
+        msgs.append({"role": "user", "content": "What is the weather in " + " and in ".join(cities) + "?"})
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [past_call(n + k, c) for k, c in enumerate(cities)]})
+        n += len(cities)
+    return msgs + [{"role": "user", "content": question}]
+
+
+def post(port, path, body):
+    code, data = raw(port, "POST", path, json.dumps(body).encode())
+    return code, json.loads(data)
+
+
+def bad_request(fn, param, what):
+    import openai
+    try:
+        fn()
+        check(False, f"{what} -> 400 (got 200)")
+    except openai.BadRequestError as e:
+        err = e.body if isinstance(e.body, dict) else {}
+        err = err.get("error", err)
+        check(err.get("param") == param, f"{what} -> 400 naming {param!r}: {err.get('message')}")
+
+
+def accumulate(chunks):
+    """OpenAI's streamed tool-call deltas joined into calls, by index."""
+    calls, content, finish = {}, "", None
+    for ch in chunks:
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        content += d.content or ""
+        finish = ch.choices[0].finish_reason or finish
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            c["id"] = tc.id or c["id"]
+            if tc.function:
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+    return [calls[i] for i in sorted(calls)], content, finish
+
+
+def own_template_checks(client, port):
+    bad_request(lambda: client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER], max_tokens=4),
+                "tools", "tools on a template that takes none")
+    r = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="none", max_tokens=4,
+                                       temperature=0)
+    check(r.choices[0].message.tool_calls is None, "tool_choice none renders no tools: any template serves it")
+    code, err = post(port, "/apply-template", {"messages": QUESTION, "tools": [WEATHER]})
+    check(code == 400 and err["error"]["param"] == "tools", f"/apply-template refuses tools the same way: {err}")
+
+    chat = client.chat.completions.create
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, frequency_penalty=0.5), "frequency_penalty",
+                "frequency_penalty 0.5")
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, logit_bias={"42": 5}), "logit_bias", "logit_bias")
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, extra_body={"mirostat": 2}), "mirostat",
+                "an unknown field")
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, functions=[WEATHER["function"]]), "functions",
+                "the deprecated functions")
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, store=True), "store", "store true")
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, response_format={"type": "json_schema",
+                                                                                         "json_schema": {"name": "x"}}),
+                "response_format", "json_schema without a schema")
+    bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, response_format={"type": "json_object"},
+                             extra_body={"grammar": 'root ::= "a"'}), "grammar", "two constraints at once")
+    bad_request(lambda: client.completions.create(model="m", prompt="x", max_tokens=4, presence_penalty=1), "presence_penalty",
+                "completions: presence_penalty 1")
+    r = chat(model="m", messages=QUESTION, max_tokens=4, temperature=0, frequency_penalty=0, presence_penalty=0, logit_bias={},
+             user="u-1", store=False, metadata={"run": "test"}, service_tier="auto", parallel_tool_calls=True)
+    check(r.usage.completion_tokens >= 1, "no-op values of unhonoured fields are accepted")
+
+
+def tools_template_checks(client, port):
+    chat = client.chat.completions.create
+    plain = chat(model="m", messages=QUESTION, max_tokens=1, temperature=0).usage.prompt_tokens
+    with_tools = chat(model="m", messages=QUESTION, tools=[WEATHER], max_tokens=1, temperature=0).usage.prompt_tokens
+    none = chat(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="none", max_tokens=1, temperature=0).usage.prompt_tokens
+    check(with_tools > plain + 50, f"tools are rendered into the prompt ({plain} -> {with_tools} tokens)")
+    check(none == plain, f"tool_choice none renders no tools ({none} tokens)")
+    code, at = post(port, "/apply-template", {"messages": QUESTION, "tools": [WEATHER]})
+    check(code == 200 and "<tools>\n" + json.dumps(WEATHER) in at["prompt"], "/apply-template shows the tools as the template writes them")
+
+    # The model's own <tool_call> answer, parsed.
+    msgs = few_shot([["Paris"], ["Berlin"]], "What is the weather in Rome?")
+    r = chat(model="m", messages=msgs, tools=[WEATHER], max_tokens=60, temperature=0)
+    m = r.choices[0].message
+    calls = m.tool_calls or []
+    check(r.choices[0].finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather"
+          and json.loads(calls[0].function.arguments) == {"city": "Rome"} and calls[0].id.startswith("call_") and m.content is None,
+          f"a call comes back as message.tool_calls: {m}")
+    streamed, content, finish = accumulate(chat(model="m", messages=msgs, tools=[WEATHER], max_tokens=60, temperature=0, stream=True))
+    check(finish == "tool_calls" and content == "" and [(c["name"], c["arguments"]) for c in streamed] ==
+          [(c.function.name, c.function.arguments) for c in calls] and all(c["id"] for c in streamed),
+          f"streamed as tool_calls deltas: {streamed}")
+
+    two = few_shot([["Paris", "Berlin"], ["Madrid", "Oslo"]], "What is the weather in Rome and in Vienna?")
+    r2 = chat(model="m", messages=two, tools=[WEATHER], max_tokens=90, temperature=0)
+    names = [json.loads(c.function.arguments).get("city") for c in r2.choices[0].message.tool_calls or []]
+    check(names == ["Rome", "Vienna"] and len({c.id for c in r2.choices[0].message.tool_calls}) == 2,
+          f"parallel calls, each with its own id: {names}")
+    r1 = chat(model="m", messages=two, tools=[WEATHER], max_tokens=90, temperature=0, parallel_tool_calls=False)
+    check(len(r1.choices[0].message.tool_calls or []) == 1 and r1.choices[0].finish_reason == "tool_calls"
+          and r1.usage.completion_tokens < r2.usage.completion_tokens,
+          f"parallel_tool_calls false: one call, generation stops there ({r1.usage.completion_tokens} tokens)")
+
+    # Round trip: the call and its result go back; the template writes both.
+    back = msgs + [m.model_dump(exclude_none=True),
+                   {"role": "tool", "tool_call_id": calls[0].id if calls else "call_x", "content": '{"temp_c": 18}'}]
+    code, at = post(port, "/apply-template", {"messages": back, "tools": [WEATHER]})
+    check(code == 200 and '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>' in at["prompt"]
+          and '<tool_response>\n{"temp_c": 18}\n</tool_response>' in at["prompt"], "the call and the tool result render back")
+    r = chat(model="m", messages=back, tools=[WEATHER], max_tokens=24, temperature=0)
+    check(r.choices[0].finish_reason in ("stop", "length", "tool_calls") and r.usage.prompt_tokens > with_tools,
+          f"the conversation goes on after the tool's result: {r.choices[0].message.content!r}")
+
+
+def forced_call_checks(client):
+    """tool_choice required / named: needs the engine's constrained decoding."""
+    import openai
+    try:
+        import jsonschema
+    except ImportError:
+        print("skip: forced tool calls (python3 jsonschema is not installed)")
+        return
+    chat = client.chat.completions.create
+    for choice, want in [("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")]:
+        for seed in range(3):
+            try:
+                r = chat(model="m", messages=[{"role": "user", "content": "Hi there! What is new?"}], tools=[WEATHER, TIME],
+                         tool_choice=choice, max_tokens=80, temperature=1.0, seed=seed)
+            except openai.BadRequestError as e:
+                check(False, f"[needs constrained decoding] tool_choice {json.dumps(choice)}: {e}")
+                break
+            calls = r.choices[0].message.tool_calls or []
+            ok = r.choices[0].finish_reason == "tool_calls" and len(calls) >= 1
+            for c in calls:
+                tool = {"get_weather": WEATHER, "get_time": TIME}.get(c.function.name)
+                try:
+                    jsonschema.validate(json.loads(c.function.arguments), tool["function"]["parameters"])
+                except Exception:  # unknown name, bad JSON, schema violation
+                    ok = False
+                ok = ok and (want is None or c.function.name == want)
+            check(ok, f"[needs constrained decoding] tool_choice {json.dumps(choice)} seed {seed}: a valid call "
+                      f"({r.choices[0].finish_reason}: {[(c.function.name, c.function.arguments) for c in calls]} "
+                      f"{r.choices[0].message.content!r})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    if not os.path.exists(a.model):
+        print(f"skip: no model at {a.model} (run scripts/setup.sh)")
+        return SKIP
+    try:
+        import openai
+    except ImportError:
+        print("skip: the openai package is not installed (scripts/setup.sh installs it)")
+        return SKIP
+
+    for extra, checks in [((), own_template_checks), (("--chat-template-file", TEMPLATE), None)]:
+        proc, port = start_server(a.tandem, a.model, extra)
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+            if checks:
+                checks(client, port)
+            else:
+                tools_template_checks(client, port)
+                forced_call_checks(client)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except Exception:
+                proc.kill()
+
+    print(f"\n{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
