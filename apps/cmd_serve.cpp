@@ -15,6 +15,7 @@
 #include "apps/common.h"
 #include "apps/generation_options.h"
 #include "core/units.h"
+#include "engine/grammar/token_mask.h"
 #include "kv/block_pool.h"
 #include "server/http_server.h"
 
@@ -134,6 +135,9 @@ Command add_serve_command(CLI::App& app) {
     so.max_running = a->max_running;
     so.max_batch_tokens = a->batch_tokens;
     so.speculative = a->speculative.params();
+    // Constrained requests (response_format, grammar, forced tool calls) mask tokens through
+    // the vocabulary's trie: built once here (tens of ms), shared by every request.
+    so.masker = grammar::TokenMasker::for_tokenizer(*lm->tokenizer, lm->tokenizer->vocab().end_of_generation);
     server::ServingLoop loop(model, *pool.value(), so, metrics);
     server::ServerOptions opts;
     opts.host = a->host;

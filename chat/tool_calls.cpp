@@ -428,7 +428,9 @@ std::string tool_call_gbnf(ToolCallFamily family, const std::vector<ToolGrammarF
   std::string g = "root ::= ";
   if (!before.empty()) g += gbnf_literal(before) + " ";
   g += "tool-call";
-  if (parallel) g += " (" + gbnf_literal(between) + " tool-call)*";
+  // At most kMaxParallelCalls: a small model sampled freely may otherwise repeat a call until
+  // its token limit.
+  if (parallel) g += fmt::format(" ({} tool-call){{0,{}}}", gbnf_literal(between), kMaxParallelCalls - 1);
   if (!after.empty()) g += " " + gbnf_literal(after);
   g += "\ntool-call ::= ";
   for (size_t i = 0; i < functions.size(); i++) {

@@ -109,7 +109,7 @@ std::string make_tool_call_id(ToolCallFamily family, std::mt19937_64& rng);
 // that are not a JSON object stay a string.
 nlohmann::ordered_json messages_for_template(const nlohmann::ordered_json& messages);
 
-// GBNF text for output that is a call (or, with `parallel`, one or more calls) in the family's
+// GBNF text for output that is a call (or, with `parallel`, one to kMaxParallelCalls calls) in the family's
 // format, to one of `functions`; each function's arguments are the rule `args_rule` the caller
 // defines elsewhere in the same grammar (e.g. from a JSON Schema). Rules defined here: "root",
 // "tool-call". Function names must already be valid (letters, digits, '_', '-').
@@ -117,6 +117,7 @@ struct ToolGrammarFunction {
   std::string name;
   std::string args_rule;
 };
+constexpr int kMaxParallelCalls = 8;
 std::string tool_call_gbnf(ToolCallFamily family, const std::vector<ToolGrammarFunction>& functions, bool parallel);
 
 // A GBNF string literal ("...", escaped) for `text`.

@@ -11,6 +11,7 @@
 
 #include "chat/tool_calls.h"
 #include "core/timer.h"
+#include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
 #include "server/openai_json.h"
 #include "server/openai_request.h"
@@ -328,6 +329,16 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   bool calls_complete_ = false;  // parallel_tool_calls false and the one call has come
 };
 
+Result<std::shared_ptr<const grammar::Grammar>> compile_constraint(const ParsedRequest::OutputConstraint& c) {
+  using Kind = ParsedRequest::OutputConstraint::Kind;
+  switch (c.kind) {
+    case Kind::JsonObject: return grammar::any_json_object_grammar();
+    case Kind::JsonSchema: return grammar::grammar_from_json_schema(c.schema);
+    case Kind::Gbnf: return grammar::parse_gbnf(c.gbnf);
+    default: return make_error("no constraint");
+  }
+}
+
 }  // namespace
 
 void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std::shared_ptr<ResponseWriter> w, HttpHeaders extra) {
@@ -369,12 +380,17 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
                               "most {} bytes)",
                               text.size(), n_ctx, ctx.longest_token_bytes),
                   prompt_param);
-  // Until the engine enforces ParsedRequest::constraint (the lead compiles it here into the
-  // request's grammar: Gbnf via grammar::parse_gbnf, JsonSchema via grammar_from_json_schema,
-  // JsonObject via any_json_object_grammar), a constrained request is refused, not run free.
-  if (pr.constraint.kind != ParsedRequest::OutputConstraint::Kind::None)
-    return reject(400, fmt::format("'{}': constrained decoding is not enabled in this build yet", pr.constraint.name),
-                  pr.constraint.name == "grammar" ? "grammar" : pr.constraint.name == "tool_choice" ? "tool_choice" : "response_format");
+  // The constraint (response_format, grammar, a forced tool call) becomes the request's
+  // grammar here, on this worker thread: a large schema compiles without holding up the engine.
+  std::shared_ptr<const grammar::Grammar> constraint;
+  if (pr.constraint.kind != ParsedRequest::OutputConstraint::Kind::None) {
+    auto g = compile_constraint(pr.constraint);
+    const std::string& n = pr.constraint.name;
+    if (!g.ok())
+      return reject(400, fmt::format("{}: {}", n == "grammar" || n == "tool_choice" ? "'" + n + "'" : "response_format", g.error().message),
+                    n == "grammar" ? "grammar" : n == "tool_choice" ? "tool_choice" : "response_format");
+    constraint = g.value();
+  }
   RequestParams rp;
   // The tokenizer is immutable and thread-safe: each worker encodes on its own, outside any lock.
   rp.prompt = chat ? ctx.tok.encode_chat(rendered, ctx.allow_special_in_messages) : ctx.tok.encode(text, true, true);
@@ -392,6 +408,7 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   rp.want_logprobs = pr.logprobs;
   rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
   rp.speculative = pr.speculative;
+  rp.grammar = constraint;
   const int n_prompt = (int)rp.prompt.size();
   auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra), std::move(tool_output));
   run->submit(std::move(rp));

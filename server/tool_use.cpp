@@ -41,7 +41,10 @@ Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const 
     if (!rules.empty() && rules.back() != '\n') rules += '\n';
   }
   pr->constraint.kind = ParsedRequest::OutputConstraint::Kind::Gbnf;
-  pr->constraint.gbnf = tool_call_gbnf(family, fns, pr->parallel_tool_calls) + rules;
+  // A named function is one call to it (OpenAI's forced function); "required" is one or more
+  // calls, when parallel calls are allowed.
+  const bool parallel = pr->parallel_tool_calls && pr->tool_choice != ParsedRequest::ToolChoice::Function;
+  pr->constraint.gbnf = tool_call_gbnf(family, fns, parallel) + rules;
   pr->constraint.name = "tool_choice";
   return Status::Ok();
 }

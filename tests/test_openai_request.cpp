@@ -230,7 +230,7 @@ TEST(ToolUse, ForcedCallGrammarSplicesEachFunctionsSchema) {
   EXPECT_EQ(pr->constraint.kind, Kind::Gbnf);
   EXPECT_EQ(pr->constraint.name, "tool_choice");
   const std::string& g = pr->constraint.gbnf;
-  EXPECT_EQ(g.rfind("root ::= tool-call (\"\\n\" tool-call)*\n", 0), 0u) << g;
+  EXPECT_EQ(g.rfind("root ::= tool-call (\"\\n\" tool-call){0,7}\n", 0), 0u) << g;
   EXPECT_NE(g.find("get_weather\\\", \\\"arguments\\\": \" fn0-root"), std::string::npos) << g;
   EXPECT_NE(g.find("now\\\", \\\"arguments\\\": \" fn1-root"), std::string::npos) << g;
   EXPECT_NE(g.find("fn0-root ::= \"{\\\"city\\\""), std::string::npos) << g;

@@ -276,7 +276,7 @@ TEST(ToolCalls, GrammarForAForcedCall) {
   const std::vector<ToolGrammarFunction> fns = {{"get_weather", "fn0-root"}, {"get_time", "fn1-root"}};
   const std::string h = tool_call_gbnf(ToolCallFamily::Hermes, fns, true);
   EXPECT_EQ(h,
-            "root ::= tool-call (\"\\n\" tool-call)*\n"
+            "root ::= tool-call (\"\\n\" tool-call){0,7}\n"
             "tool-call ::= \"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" fn0-root \"}\\n</tool_call>\"\n"
             "    | \"<tool_call>\\n{\\\"name\\\": \\\"get_time\\\", \\\"arguments\\\": \" fn1-root \"}\\n</tool_call>\"\n");
   const std::string l = tool_call_gbnf(ToolCallFamily::Llama3, {fns[0]}, true);
