@@ -192,6 +192,66 @@ def forced_call_checks(client):
                       f"{r.choices[0].message.content!r})")
 
 
+def structured_output_checks(client):
+    """response_format and the grammar extension on the model's own template: the openai
+    client's parse() with a pydantic model, json_object, a GBNF grammar, streamed too."""
+    import openai
+    from typing import Literal, Optional
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        country: str
+        population: int
+        capital: bool
+        climate: Literal["mild", "cold", "hot"]
+        mayor: Optional[str]
+
+    ask = [{"role": "user", "content": "Describe Paris as a city record."}]
+    parse = client.beta.chat.completions.parse if hasattr(client, "beta") else client.chat.completions.parse
+    for seed in range(3):
+        try:
+            r = parse(model="m", messages=ask, response_format=City, max_tokens=300, temperature=0.7, seed=seed)
+            parsed = r.choices[0].message.parsed
+            check(isinstance(parsed, City) and r.choices[0].finish_reason == "stop",
+                  f"response_format from a pydantic model, seed {seed}: parse() gives {parsed!r}")
+        except (openai.APIError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            check(False, f"response_format from a pydantic model, seed {seed}: {e}")
+
+    r = client.chat.completions.create(model="m", messages=ask, max_tokens=300, temperature=1.0, seed=4,
+                                       response_format={"type": "json_object"})
+    content = r.choices[0].message.content
+    try:
+        ok = isinstance(json.loads(content), dict)
+    except ValueError:
+        ok = False
+    check(ok and r.choices[0].finish_reason == "stop", f"json_object: a JSON object ({content!r})")
+
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Is water wet?"}], max_tokens=20,
+                                       temperature=1.0, seed=5, extra_body={"grammar": 'root ::= ("yes" | "no") "."'})
+    check(r.choices[0].message.content in ("yes.", "no.") and r.choices[0].finish_reason == "stop",
+          f"grammar extension: {r.choices[0].message.content!r}")
+
+    stream = client.chat.completions.create(model="m", messages=ask, max_tokens=300, temperature=0, stream=True,
+                                            response_format={"type": "json_schema", "json_schema": {
+                                                "name": "city", "strict": True, "schema": City.model_json_schema()}})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    try:
+        City.model_validate_json(text)
+        ok = True
+    except ValueError:
+        ok = False
+    check(ok, f"json_schema streamed: the chunks join into a valid record ({text!r})")
+
+    try:
+        client.chat.completions.create(model="m", messages=ask, max_tokens=4, response_format={"type": "json_schema", "json_schema": {
+            "name": "d", "schema": {"type": "string", "format": "date-time"}}})
+        check(False, "an unsupported schema keyword is refused")
+    except openai.BadRequestError as e:
+        check("format" in str(e) and e.body.get("param") == "response_format",
+              f"an unsupported schema keyword -> 400 naming response_format: {e.body.get('message')}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", required=True)
@@ -212,6 +272,7 @@ def main():
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
             if checks:
                 checks(client, port)
+                structured_output_checks(client)
             else:
                 tools_template_checks(client, port)
                 forced_call_checks(client)
