@@ -26,6 +26,9 @@ struct GenerationConfig {
   SamplingParams sampling;
   int64_t max_batch_tokens = 512;  // prefill runs in chunks of at most this many tokens
   SpeculativeParams speculative;   // mode Off: one token per decode step
+  // Mode Draft: the draft model (same vocabulary: checked), its K,V in the generator's second
+  // pool, as many positions as the model's.
+  Model* draft_model = nullptr;
 };
 
 struct GenerationStats {
@@ -40,6 +43,8 @@ struct GenerationStats {
   int64_t n_drafted = 0;     // speculative decoding: tokens proposed,
   int64_t n_accepted = 0;    //   proposed tokens the model accepted,
   int64_t n_verify_steps = 0;  //   and decode steps that verified a draft
+  int64_t n_draft_passes = 0;  // the draft model's forward passes,
+  double draft_s = 0.0;        //   and their time (part of decode_s)
   uint64_t kv_bytes = 0;     // bytes of the KV pool (naive mode: its scratch blocks)
   int64_t kv_tokens = 0;     // positions the pool holds
   bool stopped_by_eog = false;
@@ -70,6 +75,8 @@ class Generator {
   Model& model_;
   int64_t context_tokens_;
   std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<BlockPool> draft_pool_;  // for GenerationConfig::draft_model
+  const Model* draft_pool_model_ = nullptr;
 };
 
 }  // namespace tandem

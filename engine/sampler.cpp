@@ -102,4 +102,56 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const 
   return {last, false};
 }
 
+int32_t Sampler::propose(std::span<const float> logits, std::span<const int32_t> history, std::vector<TokenProb>& q) {
+  build_distribution(logits, history);
+  q.clear();
+  for (const auto& c : cand_)
+    if (c.p > 0) q.push_back({c.id, c.p});
+  if (p_.temperature <= 0.0f) return cand_[0].id;
+  const double u = uniform();
+  double cum = 0.0;
+  for (const auto& c : q) {
+    cum += c.p;
+    if (u < cum) return c.id;
+  }
+  return q.back().id;
+}
+
+Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                                 std::span<const TokenProb> q) {
+  build_distribution(logits, history);
+  if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
+  if (q_dense_.size() < logits.size()) q_dense_.assign(logits.size(), 0.0f);
+  for (const TokenProb& t : q)
+    if (t.id >= 0 && (size_t)t.id < q_dense_.size()) q_dense_[(size_t)t.id] += t.p;
+  double p_draft = 0.0;
+  for (const auto& c : cand_)
+    if (c.id == draft) p_draft = c.p;
+  const double q_draft = draft >= 0 && (size_t)draft < q_dense_.size() ? q_dense_[(size_t)draft] : 0.0;
+  Verdict v{draft, true};
+  // q_draft == 0 cannot happen for a token drawn from q; such a draft is accepted with p alone.
+  const double ratio = q_draft > 0 ? p_draft / q_draft : (p_draft > 0 ? 1.0 : 0.0);
+  if (!(ratio >= 1.0 || uniform() < ratio)) {
+    // Rejected: draw from the residual max(0, p - q), where p exceeds what q proposed.
+    double mass = 0.0;
+    for (const auto& c : cand_) mass += std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]);
+    v.accepted = false;
+    const double u = uniform();
+    double cum = 0.0;
+    v.token = -1;
+    for (const auto& c : cand_) {
+      // A residual lost to rounding (p and q equal but for float error) falls back to p.
+      const double r = mass > 1e-12 ? std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]) / mass : (double)c.p;
+      if (r <= 0) continue;
+      cum += r;
+      v.token = c.id;
+      if (u < cum) break;
+    }
+    if (v.token < 0) v.token = cand_[0].id;
+  }
+  for (const TokenProb& t : q)
+    if (t.id >= 0 && (size_t)t.id < q_dense_.size()) q_dense_[(size_t)t.id] = 0.0f;
+  return v;
+}
+
 }  // namespace tandem

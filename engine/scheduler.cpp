@@ -59,9 +59,20 @@ struct Scheduler::Seq {
   SpeculativeParams spec;        // mode Off: never drafts
   DraftBackoff backoff;
   std::vector<int32_t> draft;    // this step's proposal after tokens.back(), verified in the pass
+  // Draft model only: the distribution each draft token was drawn from, the draft model's own
+  // block table and how many of `tokens` its K,V hold, and the sampler it draws with (its own
+  // random stream: the draws and the acceptance tests must be independent).
+  std::vector<std::vector<TokenProb>> draft_q;
+  std::vector<int32_t> draft_blocks;
+  int64_t draft_computed = 0;
+  Sampler draft_sampler;
   Seq(int64_t i, RequestParams p, SeqCallback c, const SpeculativeParams& sp)
       : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling),
-        spec(params.speculative.value_or(sp)), backoff(spec.draft_max) {}
+        spec(params.speculative.value_or(sp)), backoff(spec.draft_max), draft_sampler(draft_sampling(params.sampling)) {}
+  static SamplingParams draft_sampling(SamplingParams sp) {
+    sp.seed ^= 0x9E3779B97F4A7C15ull;
+    return sp;
+  }
 };
 
 Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
@@ -79,6 +90,12 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   if (need > pool_.shape().n_blocks)
     return make_error("the prompt needs {} KV blocks; the pool has {}", need, pool_.shape().n_blocks);
   p.max_tokens = (int)std::min<int64_t>(std::max(0, p.max_tokens), ctx - (int64_t)p.prompt.size());
+  if (p.speculative.value_or(opts_.speculative).mode == SpeculativeMode::Draft) {
+    if (!opts_.draft_model) return make_error("speculative mode 'draft' needs a draft model (start with --draft-model FILE)");
+    if (opts_.draft_model.model->config().n_vocab != model_.config().n_vocab)
+      return make_error("the draft model's vocabulary ({} tokens) is not the model's ({})",
+                        opts_.draft_model.model->config().n_vocab, model_.config().n_vocab);
+  }
   const int64_t id = next_id_++;
   auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb), opts_.speculative);
   s->tokens = s->params.prompt;
@@ -150,6 +167,8 @@ void Scheduler::release_blocks(Seq& s) {
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
   s.blocks.clear();
   s.hashes.clear();
+  trim_draft_blocks(s, 0);
+  s.draft_computed = 0;
 }
 
 void Scheduler::publish_full_blocks(Seq& s) {
@@ -192,7 +211,7 @@ Status Scheduler::step() {
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;
-    for (const Planned& p : plan) p.seq->draft.clear(), finish(*p.seq, FinishReason::Error, msg);
+    for (const Planned& p : plan) p.seq->draft.clear(), p.seq->draft_q.clear(), finish(*p.seq, FinishReason::Error, msg);
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
     return logits.error();
   }
@@ -286,10 +305,11 @@ void Scheduler::propose_drafts(std::vector<Planned>& plan, int64_t budget) {
   // Drafts come last: in a pass that also prefills, the budget left is what prefill did not
   // need, and a draft only takes KV blocks that are free now (it never preempts).
   if (opts_.no_kv_cache) return;
-  const int64_t B = pool_.block_tokens();
+  std::vector<Planned> jobs;  // sequences the draft model drafts for, and how many tokens each may
   for (Planned& p : plan) {
     Seq& s = *p.seq;
     s.draft.clear();
+    s.draft_q.clear();
     const bool decoding = p.n == 1 && s.n_computed + 1 == (int64_t)s.tokens.size();
     if (!decoding || s.spec.mode == SpeculativeMode::Off) continue;
     if (s.backoff.allowed() == 0) {
@@ -299,15 +319,145 @@ void Scheduler::propose_drafts(std::vector<Planned>& plan, int64_t budget) {
     // At most one token short of max_tokens: the step adds the target's own token after them.
     const int64_t k = std::min<int64_t>({s.backoff.allowed(), s.params.max_tokens - s.n_generated - 1, budget});
     if (k <= 0) continue;
-    s.draft = lookup_draft(s.tokens, s.spec.lookup, (int)k);
-    if (s.draft.empty()) continue;
-    if (!ensure_blocks(s, s.n_computed + 1 + (int64_t)s.draft.size())) {
-      const int64_t room = (int64_t)s.blocks.size() * B - s.n_computed - 1;
-      s.draft.resize((size_t)std::max<int64_t>(0, room));
+    if (s.spec.mode == SpeculativeMode::Draft) {
+      // The target's blocks first: draft passes for tokens the verify pass has no room for
+      // would be wasted.
+      const int64_t fits = fit_draft(s, k);
+      if (fits > 0) jobs.push_back({&s, fits}), budget -= fits;
+      continue;
     }
-    p.n += (int64_t)s.draft.size();
+    s.draft = lookup_draft(s.tokens, s.spec.lookup, (int)k);
+    s.draft.resize((size_t)fit_draft(s, (int64_t)s.draft.size()));
     budget -= (int64_t)s.draft.size();
   }
+  if (!jobs.empty()) {
+    draft_with_model(jobs);
+    // Blocks reserved for draft tokens the draft model did not propose go back.
+    for (const Planned& j : jobs) trim_blocks(*j.seq, j.seq->n_computed + 1 + (int64_t)j.seq->draft.size());
+  }
+  for (Planned& p : plan) p.n += (int64_t)p.seq->draft.size();
+}
+
+int64_t Scheduler::fit_draft(Seq& s, int64_t k) {
+  if (k <= 0 || ensure_blocks(s, s.n_computed + 1 + k)) return std::max<int64_t>(0, k);
+  const int64_t room = (int64_t)s.blocks.size() * pool_.block_tokens() - s.n_computed - 1;
+  return std::max<int64_t>(0, room);
+}
+
+namespace {
+
+// The most likely token's probability under the raw softmax of `logits`.
+double top_probability(std::span<const float> logits) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  return std::exp((double)mx - log_softmax_norm(logits));
+}
+
+}  // namespace
+
+void Scheduler::draft_with_model(std::vector<Planned>& jobs) {
+  Model& dm = *opts_.draft_model.model;
+  BlockPool& dp = *opts_.draft_model.pool;
+  const int64_t B = dp.block_tokens();
+  const size_t V = (size_t)dm.config().n_vocab;
+  Timer timer;
+  // Each job's draft K,V must hold its tokens so far (catch-up: the prompt at first, the
+  // tokens of the last step the draft model has not run, e.g. a bonus token) and the first
+  // k - 1 drafted tokens (the last drafted one is only ever run by the target). Draft blocks
+  // only come from free ones: a job that gets none drafts less or not at all.
+  std::vector<Planned> live;
+  std::vector<std::vector<int32_t>> history;  // per live job: tokens and draft so far
+  std::vector<bool> active;                   // still drafting
+  for (Planned j : jobs) {
+    Seq& s = *j.seq;
+    const int64_t L = (int64_t)s.tokens.size();
+    while ((int64_t)s.draft_blocks.size() * B < L + j.n - 1) {
+      const int32_t b = dp.allocate();
+      if (b < 0) break;
+      s.draft_blocks.push_back(b);
+    }
+    j.n = std::min<int64_t>(j.n, (int64_t)s.draft_blocks.size() * B - L + 1);
+    if (j.n <= 0) {
+      trim_draft_blocks(s, s.draft_computed);
+      continue;
+    }
+    live.push_back(j);
+    history.push_back(s.tokens);
+    active.push_back(true);
+  }
+  auto propose = [&](size_t i, std::span<const float> row) {
+    Seq& s = *live[i].seq;
+    if (top_probability(row) < s.spec.draft_p_min) {
+      active[i] = false;
+      return;
+    }
+    std::vector<TokenProb> q;
+    const int32_t t = s.draft_sampler.propose(row, history[i], q);
+    s.draft.push_back(t);
+    s.draft_q.push_back(std::move(q));
+    history[i].push_back(t);
+    active[i] = (int64_t)s.draft.size() < live[i].n;
+  };
+  auto forward = [&](const ForwardBatch& batch) -> Result<std::span<const float>> {
+    stats_.draft_passes++;
+    return dm.forward(dp, batch);
+  };
+  auto give_up = [&]() {  // a failed draft pass: no drafts this step, the draft K,V recomputed later
+    for (const Planned& j : live) {
+      j.seq->draft.clear();
+      j.seq->draft_q.clear();
+      trim_draft_blocks(*j.seq, 0);
+      j.seq->draft_computed = 0;
+    }
+    stats_.draft_pass_s += timer.seconds();
+  };
+  // Catch-up passes, within the token budget each, the last of a job's chunks giving its
+  // first draft token; then one pass per draft position for all the jobs still drafting.
+  while (true) {
+    ForwardBatch batch(B);
+    std::vector<std::pair<size_t, int64_t>> in;
+    int64_t budget = opts_.max_batch_tokens;
+    for (size_t i = 0; i < live.size() && budget > 0; i++) {
+      Seq& s = *live[i].seq;
+      const int64_t L = (int64_t)s.tokens.size(), n = std::min(L - s.draft_computed, budget);
+      if (n <= 0) continue;
+      const std::span<const int32_t> chunk(s.tokens.data() + s.draft_computed, (size_t)n);
+      const bool last = s.draft_computed + n == L;
+      if (!batch.add_sequence(chunk, s.draft_computed, s.draft_blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None).ok())
+        return give_up();
+      in.push_back({i, n});
+      budget -= n;
+    }
+    if (in.empty()) break;
+    auto logits = forward(batch);
+    if (!logits.ok()) return give_up();
+    size_t row = 0;
+    for (auto [i, n] : in) {
+      Seq& s = *live[i].seq;
+      s.draft_computed += n;
+      if (s.draft_computed == (int64_t)s.tokens.size()) propose(i, logits.value().subspan(row++ * V, V));
+    }
+  }
+  for (size_t j = 1;; j++) {
+    ForwardBatch batch(B);
+    std::vector<size_t> in;
+    for (size_t i = 0; i < live.size(); i++) {
+      Seq& s = *live[i].seq;
+      if (!active[i] || s.draft.size() != j) continue;
+      const int32_t tok = s.draft[j - 1];
+      if (!batch.add_sequence(std::span<const int32_t>(&tok, 1), s.draft_computed, s.draft_blocks, ForwardBatch::Logits::Last).ok())
+        return give_up();
+      in.push_back(i);
+    }
+    if (in.empty()) break;
+    auto logits = forward(batch);
+    if (!logits.ok()) return give_up();
+    for (size_t r = 0; r < in.size(); r++) {
+      live[in[r]].seq->draft_computed++;
+      propose(in[r], logits.value().subspan(r * V, V));
+    }
+  }
+  for (const Planned& j : live) trim_draft_blocks(*j.seq, j.seq->draft_computed);
+  stats_.draft_pass_s += timer.seconds();
 }
 
 Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows) {
@@ -397,7 +547,9 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
   // draft while the target accepts it; the first rejection's replacement, or after a draft
   // accepted whole the last row's own sample, ends the step.
   const std::vector<int32_t> draft = std::move(s.draft);
+  const std::vector<std::vector<TokenProb>> draft_q = std::move(s.draft_q);
   s.draft.clear();
+  s.draft_q.clear();
   const size_t V = (size_t)model_.config().n_vocab;
   int accepted = 0;
   bool alive = true;
@@ -407,7 +559,8 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
       alive = emit(s, s.sampler.sample(row, s.tokens), row, done);
       break;
     }
-    const Sampler::Verdict v = s.sampler.verify(row, s.tokens, draft[j]);
+    const Sampler::Verdict v = draft_q.empty() ? s.sampler.verify(row, s.tokens, draft[j])
+                                               : s.sampler.verify(row, s.tokens, draft[j], draft_q[j]);
     if (!v.accepted) {
       alive = emit(s, v.token, row, done);
       break;
@@ -427,6 +580,21 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
   s.n_computed += accepted;
   trim_blocks(s, s.n_computed);
   publish_full_blocks(s);
+  // The draft model ran the accepted drafts but the last (it only proposed that one) and the
+  // rejected ones: it keeps the accepted positions it holds; the next step's catch-up runs
+  // what it has not seen (the last accepted draft, the target's own token).
+  s.draft_computed = std::min(s.draft_computed, s.n_computed);
+  trim_draft_blocks(s, s.draft_computed);
+}
+
+void Scheduler::trim_draft_blocks(Seq& s, int64_t upto) {
+  if (s.draft_blocks.empty()) return;
+  const int64_t B = opts_.draft_model.pool->block_tokens();
+  const size_t keep = (size_t)((upto + B - 1) / B);
+  while (s.draft_blocks.size() > keep) {
+    opts_.draft_model.pool->release(s.draft_blocks.back());
+    s.draft_blocks.pop_back();
+  }
 }
 
 void Scheduler::trim_blocks(Seq& s, int64_t upto) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/draft_model.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "kv/block_pool.h"
@@ -73,6 +74,9 @@ struct SchedulerOptions {
   // draft joins the pass after the decode tokens and prefill chunks, within the token budget,
   // and only into free KV blocks: speculation never preempts or delays real work.
   SpeculativeParams speculative;
+  // The draft model for SpeculativeMode::Draft (its vocabulary checked by the caller with
+  // check_draft_vocabulary); none: requests asking for that mode are refused by add().
+  DraftModel draft_model;
 };
 
 struct SchedulerStats {
@@ -82,6 +86,8 @@ struct SchedulerStats {
   // Speculative decoding: tokens proposed, proposed tokens the target accepted, and the decode
   // steps that verified a draft.
   int64_t drafted_tokens = 0, accepted_tokens = 0, verify_steps = 0;
+  int64_t draft_passes = 0;  // the draft model's forward passes (batched across sequences)
+  double draft_pass_s = 0;   // time in them (part of the steps' time, not of pass_s)
   double acceptance_rate() const { return drafted_tokens ? (double)accepted_tokens / (double)drafted_tokens : 0.0; }
   double pass_s = 0;  // time in forward passes, all steps
 };
@@ -117,12 +123,18 @@ class Scheduler {
   void admit_waiting();
   std::vector<Planned> schedule();  // tokens per sequence within the budget; blocks (preempting)
   void propose_drafts(std::vector<Planned>& plan, int64_t budget);  // after blocks: drafts into free ones
+  // The draft model's passes for the sequences in `jobs` (n: tokens each may draft): first its
+  // K,V catch up with each sequence's tokens, then one pass per draft position for all of
+  // them. Fills each Seq's draft and draft_q; an error leaves them without a draft.
+  void draft_with_model(std::vector<Planned>& jobs);
+  int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
   Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
   void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
   // Reports one generated token; false when the sequence ended with it (finished, or `done`).
   bool emit(Seq& s, int32_t tok, std::span<const float> row, std::vector<Seq*>& done);
   void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
   void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
+  void trim_draft_blocks(Seq& s, int64_t upto);  // the same for the draft model's blocks
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);
