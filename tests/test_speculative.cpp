@@ -817,5 +817,45 @@ TEST(Speculative, RealModelGreedyEqualsPlainOnAParaphrase) {
   EXPECT_LT(spec.stats.n_decode_steps, plain.stats.n_decode_steps);
 }
 
+// The bundled model drafting for itself (loaded twice: two models, two pools) agrees with
+// itself nearly always (the verify pass's wider matrix products may round differently); a
+// random-weight model of its vocabulary almost never does. Either way the output is plain
+// greedy decoding's.
+TEST(Speculative, RealModelWithDraftModelsGreedyEqualsPlain) {
+  const std::string path = test::default_model_path();
+  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
+  auto m = Model::load(path);
+  auto self = Model::load(path);
+  ASSERT_TRUE(m.ok() && self.ok());
+  Model& target = *m.value();
+  auto tok = Tokenizer::from_gguf(target.gguf());
+  ASSERT_TRUE(tok.ok());
+  const GgufArray* tokens = target.gguf().get_array("tokenizer.ggml.tokens");
+  ASSERT_NE(tokens, nullptr);
+  test::TinyShape shape;
+  shape.weight_type = DType::Q8_0;
+  shape.n_ctx = 512;
+  for (std::string_view t : tokens->strings) shape.tokens.emplace_back(t);
+  shape.n_vocab = (int)shape.tokens.size();
+  auto random = tiny_model_of(shape, 9);
+  ASSERT_NE(random, nullptr);
+  ASSERT_TRUE(check_draft_vocabulary(target, *random).ok());
+  const Tokens prompt = tok.value()->encode("Write a short story about a lighthouse keeper and his cat.\n", true, false);
+  const Generated plain = generate(target, prompt, 32, SpeculativeParams{});
+  SpeculativeParams spec;
+  spec.mode = SpeculativeMode::Draft;
+  spec.draft_p_min = 0;  // draft every step, however unsure
+  const Generated twin = generate(target, prompt, 32, spec, 0, 0, {}, self.value().get());
+  EXPECT_EQ(twin.tokens, plain.tokens) << "plain: " << tok.value()->decode(plain.tokens)
+                                       << "\nspeculative: " << tok.value()->decode(twin.tokens);
+  EXPECT_GT(twin.stats.n_drafted, 20);
+  EXPECT_GE(twin.stats.acceptance_rate(), 0.9);
+  EXPECT_LT(twin.stats.n_decode_steps, plain.stats.n_decode_steps / 2);
+  const Generated noise = generate(target, prompt, 32, spec, 0, 0, {}, random.get());
+  EXPECT_EQ(noise.tokens, plain.tokens);
+  EXPECT_GT(noise.stats.n_drafted, 0);
+  EXPECT_LE(noise.stats.acceptance_rate(), 0.1);
+}
+
 }  // namespace
 }  // namespace tandem
