@@ -15,6 +15,7 @@
 #include "apps/common.h"
 #include "apps/generation_options.h"
 #include "core/units.h"
+#include "engine/draft_model.h"
 #include "kv/block_pool.h"
 #include "server/http_server.h"
 
@@ -120,6 +121,16 @@ Command add_serve_command(CLI::App& app) {
     if (ps.n_blocks < 1) return fail(fmt::format("--kv-memory {} holds no KV block", a->kv_memory));
     auto pool = BlockPool::create(ps, model.backend());
     if (!pool.ok()) return fail(pool.error().message);
+    // With --draft-model, requests may draft with it ("speculative": "draft", or all of them
+    // when it is the server's mode); its K,V get a pool of as many positions as the model's.
+    auto draft = a->speculative.load_draft(a->load, model);
+    if (!draft.ok()) return fail(draft.error().message);
+    std::unique_ptr<BlockPool> draft_pool;
+    if (draft.value()) {
+      auto dp = new_draft_pool(*draft.value(), *pool.value());
+      if (!dp.ok()) return fail(dp.error().message);
+      draft_pool = std::move(dp.value());
+    }
     // Renders stop at once when the server stops, so no worker is left inside a template.
     static std::atomic<bool> stopping{false};
     TemplateLimits limits;
@@ -134,6 +145,7 @@ Command add_serve_command(CLI::App& app) {
     so.max_running = a->max_running;
     so.max_batch_tokens = a->batch_tokens;
     so.speculative = a->speculative.params();
+    if (draft_pool) so.draft_model = {draft.value().get(), draft_pool.get()};
     server::ServingLoop loop(model, *pool.value(), so, metrics);
     server::ServerOptions opts;
     opts.host = a->host;

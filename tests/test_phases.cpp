@@ -130,6 +130,25 @@ TEST(PhaseCost, CountsMatchTheShape) {
                    prefill_cost(shape, 1).flops + prefill_cost(shape, 2).flops + prefill_cost(shape, 3).flops);
 }
 
+// Speculative decoding's verify pass: 1 + k tokens for one read of the weights.
+TEST(PhaseCost, VerifyPassesMultiplyFlopsForTheSameWeightBytes) {
+  test::TinyShape s;
+  s.weight_type = DType::Q8_0;
+  auto m = Model::from_gguf(test::tiny_model_file(s));
+  ASSERT_TRUE(m.ok());
+  const ModelShape shape = ModelShape::of(m.value()->config(), m.value()->weights(), 2);
+  const PhaseCost d = decode_cost(shape, 3, 9), v0 = verify_cost(shape, 3, 0, 9);
+  EXPECT_NEAR(v0.flops, d.flops, 1e-9 * d.flops);  // k = 0 is decode
+  EXPECT_DOUBLE_EQ(v0.bytes(), d.bytes());
+  const PhaseCost v4 = verify_cost(shape, 1, 4, 9), d1 = decode_cost(shape, 1, 9);
+  EXPECT_DOUBLE_EQ(v4.weight_bytes, d1.weight_bytes);
+  EXPECT_NEAR(v4.flops, decode_cost(shape, 5, 9).flops, 1e-9 * v4.flops);  // the 5 tokens' FLOPs
+  EXPECT_GT(v4.intensity(), 4 * d1.intensity());
+  // Steps advance by the tokens kept: two passes that kept 3 each start at 9 and 12.
+  EXPECT_NEAR(verify_cost(shape, 2, 2, 9, 3.0).flops, decode_cost(shape, 3, 9).flops + decode_cost(shape, 3, 12).flops,
+              1e-9 * v4.flops);
+}
+
 TEST(Probes, ReturnPlausiblePeaks) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     const double f = cpu::measure_peak_flops(isa, 1, 0.02);

@@ -76,6 +76,9 @@ TEST(OpenAiRequest, ParsesAndValidates) {
   spec = parse_request(json{{"prompt", "hi"}, {"speculative", "off"}}, false, 1, &bad);
   ASSERT_TRUE(spec.ok() && spec->speculative);
   EXPECT_EQ(spec->speculative->mode, SpeculativeMode::Off);
+  spec = parse_request(json{{"prompt", "hi"}, {"speculative", {{"mode", "draft"}}}}, false, 1, &bad);
+  ASSERT_TRUE(spec.ok() && spec->speculative);
+  EXPECT_EQ(spec->speculative->mode, SpeculativeMode::Draft);
   for (const json& v : {json("draft-model"), json(3), json{{"draft_max", 4}}, json{{"mode", "lookup"}, {"draft_max", 0}}}) {
     EXPECT_FALSE(parse_request(json{{"prompt", "hi"}, {"speculative", v}}, false, 1, &bad).ok()) << v.dump();
     EXPECT_EQ(bad, "speculative");
