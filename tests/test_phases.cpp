@@ -209,6 +209,32 @@ TEST(Probe, Int8RoofIsTheRoofOfQuantizedProducts) {
   EXPECT_FALSE(apps::runs_int8_products(*model(DType::F16, true)));
 }
 
+// bench's sdN: plain and speculative runs alternate, reps of each, counting the drafts.
+TEST(BenchRuns, SpeculativeRunsAlternateAndCountDrafts) {
+  test::TinyShape s;
+  s.n_ctx = 256;
+  auto m = Model::from_gguf(test::tiny_model_file(s));
+  auto d = Model::from_gguf(test::tiny_model_file(s));  // its twin drafts: every draft accepted
+  ASSERT_TRUE(m.ok() && d.ok());
+  SpeculativeParams spec;
+  spec.mode = SpeculativeMode::Draft;
+  spec.draft_p_min = 0;
+  auto r = apps::time_speculative(*m.value(), d.value().get(), {5, 6, 7, 8, 5, 6, 7}, 24, 2, spec, DType::F16);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->plain_tok_s.size(), 2u);
+  EXPECT_EQ(r->spec_tok_s.size(), 2u);
+  for (double t : r->plain_tok_s) EXPECT_GT(t, 0);
+  for (double t : r->spec_tok_s) EXPECT_GT(t, 0);
+  EXPECT_GT(r->drafted, 20);
+  EXPECT_EQ(r->accepted, r->drafted);
+  spec.mode = SpeculativeMode::Lookup;
+  r = apps::time_speculative(*m.value(), nullptr, {5, 6, 7, 8, 5, 6, 7}, 24, 1, spec, DType::F16);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(apps::default_spec_prompt().empty());
+  spec.mode = SpeculativeMode::Draft;  // without a draft model: an error, not a crash
+  EXPECT_FALSE(apps::time_speculative(*m.value(), nullptr, {5, 6}, 4, 1, spec, DType::F16).ok());
+}
+
 TEST(BenchRuns, FittedExponent) {
   EXPECT_NEAR(apps::fitted_exponent({1, 2, 4, 8}, {3, 12, 48, 192}), 2.0, 1e-12);
   EXPECT_NEAR(apps::fitted_exponent({10, 100, 1000}, {5, 50, 500}), 1.0, 1e-12);
