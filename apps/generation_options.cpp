@@ -88,6 +88,9 @@ Result<std::unique_ptr<Model>> SpeculativeOptions::load_draft(const ModelLoadOpt
   }
   ModelLoadOptions o = load;
   o.model = draft_model;
+  // The draft's precision never reaches the output (the target decides every token): its
+  // products all take 8-bit activations, the fastest, whatever the target keeps exact.
+  if (o.exact_products == "auto") o.exact_products = "none";
   auto lm = load_model(o);
   if (!lm.ok()) return make_error("--draft-model {}: {}", draft_model, lm.error().message);
   if (Status st = check_draft_vocabulary(target, *lm->model); !st.ok())
