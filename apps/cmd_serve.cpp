@@ -169,6 +169,9 @@ Command add_serve_command(CLI::App& app) {
                opts.model_name, opts.host, http.port(), pool.value()->bytes(), format_bytes((double)pool.value()->bytes()),
                c.n_layer, c.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype,
                ps.n_blocks, ps.block_tokens);
+    if (draft_pool)
+      fmt::print(stderr, "tandem serve: draft model {} ; its KV pool {} bytes ({}) for as many positions, besides --kv-memory\n",
+                 a->speculative.draft_model, draft_pool->bytes(), format_bytes((double)draft_pool->bytes()));
     std::fflush(stderr);
     http.start();
     int sig = 0;

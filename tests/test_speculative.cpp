@@ -724,6 +724,36 @@ TEST(Speculative, DraftModelBatchedWithPreemptionMatchesAlone) {
   }
 }
 
+// A draft pool too small for every sequence's history: sequences draft where they find draft
+// blocks and decode plainly where they do not; the output is unchanged and nothing leaks.
+TEST(Speculative, DraftPoolExhaustionOnlyLimitsDrafting) {
+  auto m = tiny_model();
+  auto twin = tiny_model();
+  auto pool = pool_for(*m, 128);
+  auto dpool = pool_for(*twin, 12);  // 48 positions for four sequences of ~60
+  SchedulerOptions o;
+  o.speculative = with_draft_model(4);
+  o.draft_model = {twin.get(), dpool.get()};
+  Scheduler sched(*m, *pool, o);
+  Collected c;
+  std::map<int64_t, int> which;
+  for (int r = 0; r < 4; r++) {
+    RequestParams rp;
+    rp.prompt = repetitive_prompt(r);
+    rp.max_tokens = 30;
+    rp.sampling.temperature = 0;
+    auto id = sched.add(rp, c.callback());
+    ASSERT_TRUE(id.ok());
+    which[id.value()] = r;
+  }
+  run_all(sched);
+  for (auto& [id, r] : which) EXPECT_EQ(c.tokens[id], generate(*m, repetitive_prompt(r), 30, SpeculativeParams{}).tokens);
+  EXPECT_GT(sched.stats().accepted_tokens, 0) << "some sequence drafted";
+  EXPECT_EQ(sched.stats().preemptions, 0) << "draft blocks never preempt";
+  EXPECT_EQ(pool->used_blocks(), 0);
+  EXPECT_EQ(dpool->used_blocks(), 0);
+}
+
 // Sampling with a draft model keeps the target's distribution. The target is a bigram model
 // with sharp distributions; the draft is the same model with its logits scaled (the same
 // seed, a larger output scale): its q is the target's p sharpened, so its drafts are often
