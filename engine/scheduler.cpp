@@ -354,19 +354,42 @@ double top_probability(std::span<const float> logits) {
 
 }  // namespace
 
-void Scheduler::draft_with_model(std::vector<Planned>& jobs) {
-  Model& dm = *opts_.draft_model.model;
+// One step's drafting by the draft model: the sequences drafting and how many tokens each may
+// draft (live), each one's tokens and draft so far (the draft sampler's history), and whether
+// it is still drafting.
+struct Scheduler::DraftRound {
+  std::vector<Planned> live;
+  std::vector<std::vector<int32_t>> history;
+  std::vector<bool> active;
+};
+
+void Scheduler::draft_with_model(const std::vector<Planned>& jobs) {
+  Timer timer;
+  DraftRound r = reserve_draft_blocks(jobs);
+  // Catch-up passes first, the last of a job's chunks giving its first draft token; then one
+  // pass per draft position for all the jobs still drafting.
+  Status st = draft_catch_up(r);
+  if (st.ok()) st = draft_positions(r);
+  for (const Planned& j : r.live) {
+    Seq& s = *j.seq;
+    if (!st.ok()) {  // a failed draft pass: no drafts this step, the draft K,V recomputed later
+      s.draft.clear();
+      s.draft_q.clear();
+      s.draft_computed = 0;
+    }
+    trim_draft_blocks(s, s.draft_computed);
+  }
+  stats_.draft_pass_s += timer.seconds();
+}
+
+Scheduler::DraftRound Scheduler::reserve_draft_blocks(const std::vector<Planned>& jobs) {
+  // Each job's draft K,V must hold its tokens so far (catch-up: the prompt at first, then the
+  // tokens of earlier steps the draft model has not run, e.g. a bonus token) and the first
+  // k - 1 drafted tokens (the last drafted one is only ever run by the target). Draft blocks
+  // only come from free ones: a job that gets too few drafts less or not at all.
   BlockPool& dp = *opts_.draft_model.pool;
   const int64_t B = dp.block_tokens();
-  const size_t V = (size_t)dm.config().n_vocab;
-  Timer timer;
-  // Each job's draft K,V must hold its tokens so far (catch-up: the prompt at first, the
-  // tokens of the last step the draft model has not run, e.g. a bonus token) and the first
-  // k - 1 drafted tokens (the last drafted one is only ever run by the target). Draft blocks
-  // only come from free ones: a job that gets none drafts less or not at all.
-  std::vector<Planned> live;
-  std::vector<std::vector<int32_t>> history;  // per live job: tokens and draft so far
-  std::vector<bool> active;                   // still drafting
+  DraftRound r;
   for (Planned j : jobs) {
     Seq& s = *j.seq;
     const int64_t L = (int64_t)s.tokens.size();
@@ -380,84 +403,77 @@ void Scheduler::draft_with_model(std::vector<Planned>& jobs) {
       trim_draft_blocks(s, s.draft_computed);
       continue;
     }
-    live.push_back(j);
-    history.push_back(s.tokens);
-    active.push_back(true);
+    r.live.push_back(j);
+    r.history.push_back(s.tokens);
+    r.active.push_back(true);
   }
-  auto propose = [&](size_t i, std::span<const float> row) {
-    Seq& s = *live[i].seq;
-    if (top_probability(row) < s.spec.draft_p_min) {
-      active[i] = false;
-      return;
-    }
-    std::vector<TokenProb> q;
-    const int32_t t = s.draft_sampler.propose(row, history[i], q);
-    s.draft.push_back(t);
-    s.draft_q.push_back(std::move(q));
-    history[i].push_back(t);
-    active[i] = (int64_t)s.draft.size() < live[i].n;
-  };
-  auto forward = [&](const ForwardBatch& batch) -> Result<std::span<const float>> {
-    stats_.draft_passes++;
-    return dm.forward(dp, batch);
-  };
-  auto give_up = [&]() {  // a failed draft pass: no drafts this step, the draft K,V recomputed later
-    for (const Planned& j : live) {
-      j.seq->draft.clear();
-      j.seq->draft_q.clear();
-      trim_draft_blocks(*j.seq, 0);
-      j.seq->draft_computed = 0;
-    }
-    stats_.draft_pass_s += timer.seconds();
-  };
-  // Catch-up passes, within the token budget each, the last of a job's chunks giving its
-  // first draft token; then one pass per draft position for all the jobs still drafting.
+  return r;
+}
+
+void Scheduler::draft_propose(DraftRound& r, size_t i, std::span<const float> row) {
+  Seq& s = *r.live[i].seq;
+  if (top_probability(row) < s.spec.draft_p_min) {
+    r.active[i] = false;
+    return;
+  }
+  std::vector<TokenProb> q;
+  const int32_t t = s.draft_sampler.propose(row, r.history[i], q);
+  s.draft.push_back(t);
+  s.draft_q.push_back(std::move(q));
+  r.history[i].push_back(t);
+  r.active[i] = (int64_t)s.draft.size() < r.live[i].n;
+}
+
+Status Scheduler::draft_catch_up(DraftRound& r) {
+  const size_t V = (size_t)opts_.draft_model.model->config().n_vocab;
   while (true) {
-    ForwardBatch batch(B);
-    std::vector<std::pair<size_t, int64_t>> in;
+    ForwardBatch batch(opts_.draft_model.pool->block_tokens());
+    std::vector<std::pair<size_t, int64_t>> in;  // job, tokens in this pass
     int64_t budget = opts_.max_batch_tokens;
-    for (size_t i = 0; i < live.size() && budget > 0; i++) {
-      Seq& s = *live[i].seq;
+    for (size_t i = 0; i < r.live.size() && budget > 0; i++) {
+      Seq& s = *r.live[i].seq;
       const int64_t L = (int64_t)s.tokens.size(), n = std::min(L - s.draft_computed, budget);
       if (n <= 0) continue;
       const std::span<const int32_t> chunk(s.tokens.data() + s.draft_computed, (size_t)n);
       const bool last = s.draft_computed + n == L;
-      if (!batch.add_sequence(chunk, s.draft_computed, s.draft_blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None).ok())
-        return give_up();
+      TANDEM_TRY(batch.add_sequence(chunk, s.draft_computed, s.draft_blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
       in.push_back({i, n});
       budget -= n;
     }
-    if (in.empty()) break;
-    auto logits = forward(batch);
-    if (!logits.ok()) return give_up();
+    if (in.empty()) return Status::Ok();
+    stats_.draft_passes++;
+    auto logits = opts_.draft_model.model->forward(*opts_.draft_model.pool, batch);
+    if (!logits.ok()) return logits.error();
     size_t row = 0;
     for (auto [i, n] : in) {
-      Seq& s = *live[i].seq;
+      Seq& s = *r.live[i].seq;
       s.draft_computed += n;
-      if (s.draft_computed == (int64_t)s.tokens.size()) propose(i, logits.value().subspan(row++ * V, V));
+      if (s.draft_computed == (int64_t)s.tokens.size()) draft_propose(r, i, logits.value().subspan(row++ * V, V));
     }
   }
-  for (size_t j = 1;; j++) {
-    ForwardBatch batch(B);
+}
+
+Status Scheduler::draft_positions(DraftRound& r) {
+  const size_t V = (size_t)opts_.draft_model.model->config().n_vocab;
+  for (size_t j = 1;; j++) {  // the pass that runs draft[j - 1] and proposes draft[j]
+    ForwardBatch batch(opts_.draft_model.pool->block_tokens());
     std::vector<size_t> in;
-    for (size_t i = 0; i < live.size(); i++) {
-      Seq& s = *live[i].seq;
-      if (!active[i] || s.draft.size() != j) continue;
-      const int32_t tok = s.draft[j - 1];
-      if (!batch.add_sequence(std::span<const int32_t>(&tok, 1), s.draft_computed, s.draft_blocks, ForwardBatch::Logits::Last).ok())
-        return give_up();
+    for (size_t i = 0; i < r.live.size(); i++) {
+      Seq& s = *r.live[i].seq;
+      if (!r.active[i] || s.draft.size() != j) continue;
+      TANDEM_TRY(batch.add_sequence(std::span<const int32_t>(&s.draft[j - 1], 1), s.draft_computed, s.draft_blocks,
+                                    ForwardBatch::Logits::Last));
       in.push_back(i);
     }
-    if (in.empty()) break;
-    auto logits = forward(batch);
-    if (!logits.ok()) return give_up();
-    for (size_t r = 0; r < in.size(); r++) {
-      live[in[r]].seq->draft_computed++;
-      propose(in[r], logits.value().subspan(r * V, V));
+    if (in.empty()) return Status::Ok();
+    stats_.draft_passes++;
+    auto logits = opts_.draft_model.model->forward(*opts_.draft_model.pool, batch);
+    if (!logits.ok()) return logits.error();
+    for (size_t k = 0; k < in.size(); k++) {
+      r.live[in[k]].seq->draft_computed++;
+      draft_propose(r, in[k], logits.value().subspan(k * V, V));
     }
   }
-  for (const Planned& j : live) trim_draft_blocks(*j.seq, j.seq->draft_computed);
-  stats_.draft_pass_s += timer.seconds();
 }
 
 Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows) {

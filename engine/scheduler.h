@@ -126,7 +126,12 @@ class Scheduler {
   // The draft model's passes for the sequences in `jobs` (n: tokens each may draft): first its
   // K,V catch up with each sequence's tokens, then one pass per draft position for all of
   // them. Fills each Seq's draft and draft_q; an error leaves them without a draft.
-  void draft_with_model(std::vector<Planned>& jobs);
+  void draft_with_model(const std::vector<Planned>& jobs);
+  struct DraftRound;
+  DraftRound reserve_draft_blocks(const std::vector<Planned>& jobs);
+  Status draft_catch_up(DraftRound& r);
+  Status draft_positions(DraftRound& r);
+  void draft_propose(DraftRound& r, size_t i, std::span<const float> row);  // the draft model's logits -> a draft token
   int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
   Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
   void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);

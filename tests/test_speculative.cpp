@@ -491,7 +491,9 @@ TEST(SamplerVerify, WithProposalDistributionOutputEqualsSampling) {
       const auto v = target.verify(logits, history, d, q);
       b[v.token]++;
       accepted += v.accepted;
-      if (v.accepted) EXPECT_EQ(v.token, d);
+      if (v.accepted) {
+        EXPECT_EQ(v.token, d);
+      }
     }
     const ChiSquare c = chi_square(a, b);
     EXPECT_LT(c.stat, c.critical()) << "chain " << chain << " df " << c.df;
@@ -698,7 +700,9 @@ TEST(Speculative, DraftModelBatchedWithPreemptionMatchesAlone) {
         auto id = sched.add(rp, c.callback());
         ASSERT_TRUE(id.ok());
         which[id.value()] = r;
-        if (r == 2) ASSERT_TRUE(sched.step().ok());
+        if (r == 2) {
+          ASSERT_TRUE(sched.step().ok());
+        }
       }
       int64_t steps = 0;
       while (sched.has_work() && steps++ < 20000) {
@@ -719,7 +723,9 @@ TEST(Speculative, DraftModelBatchedWithPreemptionMatchesAlone) {
       }
       EXPECT_EQ(pool->used_blocks(), 0);
       EXPECT_EQ(dpool.value()->used_blocks(), 0);
-      if (blocks == 24) EXPECT_GT(sched.stats().preemptions, 0);
+      if (blocks == 24) {
+        EXPECT_GT(sched.stats().preemptions, 0);
+      }
     }
   }
 }
