@@ -71,6 +71,7 @@ void Sampler::build_distribution(std::span<const float> logits, std::span<const 
 double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  if (plain_greedy()) return argmax(logits);
   build_distribution(logits, history);
   if (p_.temperature <= 0.0f) return cand_[0].id;  // greedy draws nothing
   // Inverse-CDF draw.
@@ -84,6 +85,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 }
 
 Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft) {
+  if (plain_greedy()) {
+    const int32_t best = argmax(logits);
+    return {best, best == draft};
+  }
   build_distribution(logits, history);
   if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
   double p_draft = 0.0, rest = 0.0;
@@ -103,8 +108,12 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const 
 }
 
 int32_t Sampler::propose(std::span<const float> logits, std::span<const int32_t> history, std::vector<TokenProb>& q) {
-  build_distribution(logits, history);
   q.clear();
+  if (plain_greedy()) {
+    q.push_back({argmax(logits), 1.0f});
+    return q[0].id;
+  }
+  build_distribution(logits, history);
   for (const auto& c : cand_)
     if (c.p > 0) q.push_back({c.id, c.p});
   if (p_.temperature <= 0.0f) return cand_[0].id;
@@ -119,6 +128,7 @@ int32_t Sampler::propose(std::span<const float> logits, std::span<const int32_t>
 
 Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
                                  std::span<const TokenProb> q) {
+  if (plain_greedy()) return verify(logits, history, draft);
   build_distribution(logits, history);
   if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
   if (q_dense_.size() < logits.size()) q_dense_.assign(logits.size(), 0.0f);

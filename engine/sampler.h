@@ -66,6 +66,9 @@ class Sampler {
   void softmax();
   // Leaves the final distribution in cand_ (greedy: the argmax alone, p = 1).
   void build_distribution(std::span<const float> logits, std::span<const int32_t> history);
+  // Greedy without a repetition penalty: the argmax of the logits as they are, without copying
+  // them into candidates (decode and every drafted position pay for a copy of the vocabulary).
+  bool plain_greedy() const { return p_.temperature <= 0.0f && p_.repeat_penalty == 1.0f; }
   double uniform();  // [0, 1), from the raw 64-bit output: the same on every standard library
 
   SamplingParams p_;

@@ -146,7 +146,14 @@ TEST(SamplerVerify, GreedyAcceptsExactlyTheArgmax) {
   EXPECT_EQ(s.verify(logits, {}, 1).token, 1);
   const auto v = s.verify(logits, {}, 2);
   EXPECT_FALSE(v.accepted);
-  EXPECT_EQ(v.token, 1);
+  EXPECT_EQ(v.token, 1);  // Ties go to the lowest id, with or without a repetition penalty (the candidate path).
+  const std::vector<float> tied = {0.5f, 2.0f, 2.0f, 2.0f};
+  EXPECT_EQ(s.sample(tied, {}), 1);
+  EXPECT_EQ(s.verify(tied, {}, 2).token, 1);
+  sp.repeat_penalty = 1.5f;
+  Sampler penalized(sp);
+  EXPECT_EQ(penalized.sample(tied, Tokens{1}), 2);
+  EXPECT_EQ(penalized.verify(tied, Tokens{1}, 2).token, 2);
 }
 
 // Whatever the draft, verify()'s token is distributed as sample()'s: accepted with p(draft),
@@ -668,6 +675,12 @@ TEST(Speculative, DraftModelStopsWhereItIsUnsure) {
   EXPECT_EQ(g.tokens, plain.tokens);
   EXPECT_EQ(g.stats.n_drafted, 0);
   EXPECT_GT(g.stats.n_draft_passes, 0);
+  // In between, fewer drafts than drafting always, the same output.
+  const Generated always = generate(*target, prompt, 20, with_draft_model(4, 0.0f), 0, 0, {}, draft.get());
+  const Generated some = generate(*target, prompt, 20, with_draft_model(4, 0.2f), 0, 0, {}, draft.get());
+  EXPECT_EQ(always.tokens, plain.tokens);
+  EXPECT_EQ(some.tokens, plain.tokens);
+  EXPECT_LT(some.stats.n_drafted, always.stats.n_drafted);
 }
 
 // Several sequences through the scheduler, drafting with a draft model or lookup or not at
