@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/timer.h"
+#include "engine/generator.h"
 #include "engine/sequence_runner.h"
 
 namespace tandem::apps {
@@ -60,6 +61,35 @@ Result<double> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
     if (!r.ok()) return r.error();
   }
   return t.seconds();
+}
+
+Result<SpecResult> time_speculative(Model& m, Model* draft, const std::vector<int32_t>& prompt, int64_t n, int reps,
+                                    const SpeculativeParams& spec, DType kv_dtype) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = (int)n;
+  cfg.kv_dtype = kv_dtype;
+  cfg.stop_at_eog = false;
+  cfg.sampling.temperature = 0;
+  cfg.draft_model = draft;
+  Generator gen(m);
+  SpecResult r;
+  for (int i = 0; i < reps; i++)
+    for (bool speculative : {false, true}) {
+      cfg.speculative = speculative ? spec : SpeculativeParams{};
+      auto st = gen.generate(prompt, cfg, [](int32_t) { return true; });
+      if (!st.ok()) return st.error();
+      (speculative ? r.spec_tok_s : r.plain_tok_s).push_back(st->decode_tok_s());
+      if (speculative) r.drafted += st->n_drafted, r.accepted += st->n_accepted;
+    }
+  return r;
+}
+
+std::string default_spec_prompt() {
+  const std::string para =
+      "The history of the bicycle begins in the early nineteenth century, when inventors in Europe experimented with "
+      "two-wheeled machines pushed along by the rider's feet. Later designs added pedals, chains and pneumatic tyres, "
+      "and within a few decades cycling had become a popular pastime and an affordable way to travel to work.";
+  return "Here is a paragraph:\n\n" + para + "\n\nRepeat the paragraph word for word, replacing 'Europe' with 'France'.\n\n";
 }
 
 Result<std::vector<ContextPoint>> sweep_context(Model& m, const std::vector<int64_t>& lengths, int decode_steps,

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 
 namespace tandem::apps {
@@ -19,6 +21,16 @@ Result<double> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth =
 // Seconds for n decode steps starting at position `depth` (after an untimed prefill of that
 // many tokens): each step then reads depth + i cached positions besides the weights.
 Result<double> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
+
+// `tandem bench --speculative`: decode tok/s of greedy generation after `prompt` (n tokens,
+// end of generation ignored), plain and with `spec`, alternately, `reps` times each.
+struct SpecResult {
+  std::vector<double> plain_tok_s, spec_tok_s;
+  int64_t drafted = 0, accepted = 0;  // over the speculative runs
+};
+Result<SpecResult> time_speculative(Model& m, Model* draft, const std::vector<int32_t>& prompt, int64_t n, int reps,
+                                    const SpeculativeParams& spec, DType kv_dtype);
+std::string default_spec_prompt();  // a paragraph and the request to repeat it with one change
 
 struct ContextPoint {
   int64_t context = 0;

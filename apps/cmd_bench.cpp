@@ -2,6 +2,7 @@
 // N decode steps from an empty cache) in tok/s, as llama-bench reports them, plus each phase's
 // GFLOP/s, GB/s and share of this machine's measured roofs; --sweep writes the SVG plots.
 #include <cmath>
+#include <optional>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,8 @@ Command add_bench_command(CLI::App& app) {
     int64_t p = 512, n = 128, depth = 0, max_context = 4096, max_naive = 128;
     int reps = 3;
     bool json = false;
+    SpeculativeOptions speculative;
+    std::string spec_prompt;
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("bench", "pp/tg tok/s like llama-bench, with GFLOP/s, GB/s and % of measured roofs");
@@ -53,6 +56,9 @@ Command add_bench_command(CLI::App& app) {
   sub->add_flag("--json", a->json, "print one JSON object");
   sub->add_option("--sweep", a->sweep, "also sweep context lengths and cache/no-cache, writing SVG plots into this folder");
   sub->add_option("--sweep-max-context", a->max_context, "longest prompt of the sweep")->check(CLI::Range(64, 1 << 20));
+  a->speculative.add_to(sub);
+  sub->add_option("--spec-prompt", a->spec_prompt,
+                  "with --speculative: the prompt of the sdN test (default: a paragraph to repeat with one change)");
   sub->add_option("--sweep-max-naive", a->max_naive, "most tokens generated without cache in the sweep")->check(CLI::Range(8, 4096));
   return [a]() -> int {
     auto lm = load_model(a->load);
@@ -116,6 +122,18 @@ Command add_bench_command(CLI::App& app) {
       t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, a->depth), int8};
       tests.push_back(t);
     }
+    // sdN: N greedy tokens decoded after a real prompt, plain and speculative alternately (tg's
+    // forced tokens give a draft nothing to agree with); the speed-up is of decode tok/s.
+    std::optional<SpecResult> spec;
+    if (a->speculative.enabled() && a->n > 0) {
+      auto draft = a->speculative.load_draft(a->load, model);
+      if (!draft.ok()) return fail(draft.error().message);
+      const std::string text = a->spec_prompt.empty() ? default_spec_prompt() : a->spec_prompt;
+      auto r = time_speculative(model, draft.value().get(), lm->tokenizer->encode(text, true, true), a->n, a->reps,
+                                a->speculative.params(), kv);
+      if (!r.ok()) return fail(r.error().message);
+      spec = r.value();
+    }
     uint64_t file_bytes = 0, params = 0;
     for (const auto& t : model.gguf().tensors()) file_bytes += t.nbytes, params += t.n_elements();
     const std::string name = c.name.empty() ? c.arch : c.name;
@@ -139,6 +157,19 @@ Command add_bench_command(CLI::App& app) {
         e["tok_s_stddev"] = s.sd;
         j[t.name] = e;
       }
+      if (spec) {
+        const Stat p = stat_of(spec->plain_tok_s), s = stat_of(spec->spec_tok_s);
+        j[fmt::format("sd{}", a->n)] = {{"mode", speculative_mode_name(a->speculative.params().mode)},
+                                        {"draft_max", a->speculative.draft_max},
+                                        {"plain_tok_s", p.mean},
+                                        {"plain_tok_s_stddev", p.sd},
+                                        {"tok_s", s.mean},
+                                        {"tok_s_stddev", s.sd},
+                                        {"speedup", p.mean > 0 ? s.mean / p.mean : 0.0},
+                                        {"drafted", spec->drafted},
+                                        {"accepted", spec->accepted},
+                                        {"acceptance_rate", spec->drafted ? (double)spec->accepted / spec->drafted : 0.0}};
+      }
       j["machine"] = machine_json(peaks);
       fmt::print("{}\n", j.dump(2));
     } else {
@@ -151,6 +182,14 @@ Command add_bench_command(CLI::App& app) {
                    t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
                    100 * t.best.flops_per_s() / t.best.compute_roof(t.peaks), t.best.roof_name(),
                    100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);
+      }
+      if (spec) {
+        const Stat p = stat_of(spec->plain_tok_s), s = stat_of(spec->spec_tok_s);
+        fmt::print("\n| model | test | plain t/s | {} t/s | speed-up | accepted |\n| --- | --- | ---: | ---: | ---: | ---: |\n",
+                   speculative_mode_name(a->speculative.params().mode));
+        fmt::print("| {} | sd{} (draft-max {}) | {:.2f} ± {:.2f} | {:.2f} ± {:.2f} | {:.2f}x | {} of {} ({:.1f}%) |\n", name, a->n,
+                   a->speculative.draft_max, p.mean, p.sd, s.mean, s.sd, p.mean > 0 ? s.mean / p.mean : 0.0, spec->accepted,
+                   spec->drafted, spec->drafted ? 100.0 * spec->accepted / spec->drafted : 0.0);
       }
       fmt::print("\n{}\n", machine_line(peaks));
       if (a->n > 0 && cpu_be)

@@ -41,7 +41,10 @@ Command add_chat_command(CLI::App& app) {
 
     std::vector<ChatMessage> messages;
     if (!a->system.empty()) messages.push_back({"system", a->system});
+    auto draft = a->gen.speculative.load_draft(a->gen, model);
+    if (!draft.ok()) return fail(draft.error().message);
     GenerationConfig cfg = a->gen.config(tok.vocab());
+    cfg.draft_model = draft.value().get();
     Generator gen(model, ctx);
     const bool interactive = a->prompt.empty();
     std::string line;

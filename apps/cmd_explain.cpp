@@ -1,6 +1,9 @@
 // `tandem explain`: runs one request and shows why each phase is as fast as it is. Per phase:
 // FLOPs done, bytes read (weights, KV), arithmetic intensity, achieved GFLOP/s and GB/s, next
 // to this machine's measured roofs (an FMA probe and a read-bandwidth probe).
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +16,103 @@
 
 namespace tandem::apps {
 
+namespace {
+
+// One width of verify pass, modelled: its cost, and the speed the roofs allow for it.
+struct VerifyRow {
+  int k = 0;
+  PhaseCost cost;        // one pass of 1 + k tokens
+  double pass_s = 0;     // the least time the roofs allow: max(bytes / bandwidth, FLOPs / compute)
+  double kept = 0;       // tokens a pass keeps at the run's acceptance rate (1 + k when all accepted)
+  double tok_s(double tokens) const { return pass_s > 0 ? tokens / pass_s : 0; }
+};
+
+// Tokens a pass of k drafts keeps when each draft is accepted with probability r, independently,
+// until the first rejection: 1 + r + r^2 + ... + r^k. r < 0: unknown, all accepted.
+double tokens_kept(int k, double r) {
+  if (r < 0) return 1.0 + k;
+  double t = 0, rk = 1;
+  for (int i = 0; i <= k; i++) t += rk, rk *= r;
+  return t;
+}
+
+std::vector<VerifyRow> verify_rows(const ModelShape& shape, int width, int64_t pos, double rate, const cpu::MachinePeaks& peaks,
+                                   bool int8) {
+  std::vector<VerifyRow> rows;
+  if (width <= 0) return rows;
+  std::vector<int> ks = {0};
+  for (int k = 1; k < width; k *= 2) ks.push_back(k);
+  ks.push_back(width);
+  for (int k : ks) {
+    VerifyRow r;
+    r.k = k;
+    r.cost = verify_cost(shape, 1, k, pos);
+    const double bw = peaks.read_bytes_per_s, fl = peaks.compute_roof(int8);
+    r.pass_s = std::max(bw > 0 ? r.cost.bytes() / bw : 0.0, fl > 0 ? r.cost.flops / fl : 0.0);
+    r.kept = tokens_kept(k, rate);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+nlohmann::ordered_json verify_json(const std::vector<VerifyRow>& rows, const GenerationStats& st) {
+  nlohmann::ordered_json j = {{"drafted", st.n_drafted},
+                              {"accepted", st.n_accepted},
+                              {"acceptance_rate", st.acceptance_rate()},
+                              {"verify_passes", st.n_verify_steps},
+                              {"draft_model_passes", st.n_draft_passes},
+                              {"draft_model_s", st.draft_s}};
+  j["verify_model"] = nlohmann::ordered_json::array();
+  for (const VerifyRow& r : rows)
+    j["verify_model"].push_back({{"k", r.k},
+                                 {"tokens_per_pass", 1 + r.k},
+                                 {"flops", r.cost.flops},
+                                 {"bytes", r.cost.bytes()},
+                                 {"intensity", r.cost.intensity()},
+                                 {"bound_s_per_pass", r.pass_s},
+                                 {"bound_tok_s_all_accepted", r.tok_s(1.0 + r.k)},
+                                 {"tokens_kept", r.kept},
+                                 {"bound_tok_s_at_rate", r.tok_s(r.kept)}});
+  return j;
+}
+
+std::string verify_text(const std::vector<VerifyRow>& rows, const GenerationStats& st, double ridge, const ModelShape& shape) {
+  const bool measured = st.n_drafted > 0;
+  std::string out = fmt::format(
+      "\nSpeculative decoding: a verify pass puts the decode token and k drafted tokens through one read of the\n"
+      "weights (k = 0 is plain decode). Modelled per pass at this run's context, with the roofs above{}:\n\n"
+      "| k | tokens/pass | GFLOP/pass | MB/pass | FLOP/byte | of ridge | bound tok/s, all accepted |{}\n"
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |{}\n",
+      measured ? fmt::format("\n(this run: acceptance {:.1f}%, {} of {} drafts; tokens kept assume independent acceptances)", 100 * st.acceptance_rate(), st.n_accepted, st.n_drafted) : "",
+      measured ? " tokens kept | bound tok/s |" : "", measured ? " ---: | ---: |" : "");
+  for (const VerifyRow& r : rows)
+    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.2f} | {:.0f}% | {:.0f} |{}\n", r.k, 1 + r.k, r.cost.flops / 1e9,
+                       r.cost.bytes() / 1e6, r.cost.intensity(), ridge > 0 ? 100 * r.cost.intensity() / ridge : 0.0,
+                       r.tok_s(1.0 + r.k), measured ? fmt::format(" {:.2f} | {:.0f} |", r.kept, r.tok_s(r.kept)) : "");
+  const VerifyRow& d = rows.front();
+  const VerifyRow& w = rows.back();
+  int k_ridge = -1;  // the narrowest pass at or past the ridge
+  for (int k = 0; k <= 256 && ridge > 0; k++)
+    if (verify_cost(shape, 1, k, 0).intensity() >= ridge) {
+      k_ridge = k;
+      break;
+    }
+  out += fmt::format(
+      "\nWhy: at k = {} a pass does {:.1f}x the FLOPs of a decode step for {:.2f}x its bytes (the weights are read once;\n"
+      "the KV cache grows a little): its intensity rises from {:.2f} to {:.2f} FLOP/byte against a ridge of {:.1f}, so\n"
+      "the compute decode leaves idle does the checking.{}\n"
+      "A drafted token is only worth its share of the pass if it is accepted: the tokens a pass keeps, not the ones\n"
+      "it checks, are the speed-up{}.\n",
+      w.k, w.cost.flops / d.cost.flops, w.cost.bytes() / d.cost.bytes(), d.cost.intensity(), w.cost.intensity(), ridge,
+      k_ridge >= 0 ? fmt::format(" From k = {} on a pass is past the ridge: wider ones stop being nearly free.", k_ridge) : "",
+      st.n_draft_passes ? fmt::format(" (the draft model's {} passes took {:.1f} ms of decode's {:.1f} ms)", st.n_draft_passes,
+                                      st.draft_s * 1e3, st.decode_s * 1e3)
+                        : "");
+  return out;
+}
+
+}  // namespace
+
 Command add_explain_command(CLI::App& app) {
   struct Args {
     GenerationOptions gen;
@@ -22,20 +122,22 @@ Command add_explain_command(CLI::App& app) {
   auto a = std::make_shared<Args>();
   a->gen.temp = 0;  // greedy unless asked: the numbers, not the text, are the point
   a->gen.n_predict = 32;
+  a->gen.speculative_width = true;
   CLI::App* sub = app.add_subcommand("explain", "Run one request and explain each phase against the machine's roofs");
   a->gen.add_to(sub);
   sub->add_option("-p,--prompt", a->prompt, "prompt text")->required();
   sub->add_flag("--json", a->json, "print one JSON object instead of the report");
   return [a]() -> int {
     if (a->gen.no_kv_cache) return fail("explain compares the two phases of cached inference; run without --no-kv-cache");
-    // Its decode cost model is one token per pass; verify passes are not modelled yet.
-    if (a->gen.speculative.mode != "off") return fail("explain measures plain decode; run without --speculative");
     auto lm = load_model(a->gen);
     if (!lm.ok()) return fail(lm.error().message);
     Model& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
     const std::vector<int32_t> prompt = tok.encode(a->prompt, true, true);
-    const GenerationConfig cfg = a->gen.config(tok.vocab());
+    auto draft = a->gen.speculative.load_draft(a->gen, model);
+    if (!draft.ok()) return fail(draft.error().message);
+    GenerationConfig cfg = a->gen.config(tok.vocab());
+    cfg.draft_model = draft.value().get();
     std::string text;
     Generator gen(model);
     auto st = gen.generate(prompt, cfg, [&](int32_t t) {
@@ -52,6 +154,20 @@ Command add_explain_command(CLI::App& app) {
     const bool int8 = runs_int8_products(model);
     PhaseMeasure pre{"prefill", st->n_prompt, st->prefill_s, prefill_cost(shape, st->n_prompt), int8};
     PhaseMeasure dec{"decode", st->n_decode_steps, st->decode_s, decode_cost(shape, st->n_decode_steps, st->n_prompt), int8};
+    if (st->n_verify_steps > 0) {
+      // The target's passes of the run: plain decode steps, and verify passes of 1 + k tokens
+      // (k: the mean draft) each keeping the accepted drafts and one token of its own. The
+      // draft model's passes are in the time, not in these counts.
+      const int64_t plain = st->n_decode_steps - st->n_verify_steps;
+      const int k = (int)std::lround((double)st->n_drafted / (double)st->n_verify_steps);
+      const double kept = 1.0 + (double)st->n_accepted / (double)st->n_verify_steps;
+      dec.name = fmt::format("decode ({})", speculative_mode_name(cfg.speculative.mode));
+      dec.tokens = st->n_decode_tokens;
+      dec.cost = decode_cost(shape, plain, st->n_prompt);
+      dec.cost += verify_cost(shape, st->n_verify_steps, k, st->n_prompt + plain, kept);
+    }
+    const std::vector<VerifyRow> verify = verify_rows(shape, a->gen.speculative.width(), st->n_prompt + st->n_generated / 2,
+                                                      st->n_drafted ? st->acceptance_rate() : -1.0, peaks, int8);
     if (a->json) {
       nlohmann::ordered_json j = {{"model", model.config().name},
                                   {"prompt_tokens", st->n_prompt},
@@ -63,6 +179,7 @@ Command add_explain_command(CLI::App& app) {
                                   {"prefill", phase_json(pre, peaks)},
                                   {"decode", phase_json(dec, peaks)},
                                   {"machine", machine_json(peaks)},
+                                  {"speculative", verify_json(verify, *st)},
                                   {"text", text}};
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -84,6 +201,7 @@ Command add_explain_command(CLI::App& app) {
         st->ttft_s * 1e3, dec.cost.intensity(), peaks.read_bytes_per_s / 1e9, format_bytes(shape.matmul_bytes),
         peaks.read_bytes_per_s / shape.matmul_bytes, dec.tok_s(), st->tpot_s() * 1e3,
         format_bytes(shape.kv_bytes_per_position));
+    if (!verify.empty()) fmt::print("{}", verify_text(verify, *st, peaks.ridge(int8), shape));
     return 0;
   };
 }

@@ -38,7 +38,10 @@ Command add_run_command(CLI::App& app) {
     Model& model = *lm->model;
     const Tokenizer& tok = *lm->tokenizer;
     const std::vector<int32_t> prompt = tok.encode(a->prompt, true, true);
+    auto draft = a->gen.speculative.load_draft(a->gen, model);
+    if (!draft.ok()) return fail(draft.error().message);
     GenerationConfig cfg = a->gen.config(tok.vocab());
+    cfg.draft_model = draft.value().get();
     if (Status c = a->constraint.apply(tok, cfg); !c.ok()) return fail(c.error().message);
     a->gen.constrained = a->constraint.any();
 

@@ -16,6 +16,7 @@
 #include "apps/generation_options.h"
 #include "core/units.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/draft_model.h"
 #include "kv/block_pool.h"
 #include "server/http_server.h"
 
@@ -121,6 +122,16 @@ Command add_serve_command(CLI::App& app) {
     if (ps.n_blocks < 1) return fail(fmt::format("--kv-memory {} holds no KV block", a->kv_memory));
     auto pool = BlockPool::create(ps, model.backend());
     if (!pool.ok()) return fail(pool.error().message);
+    // With --draft-model, requests may draft with it ("speculative": "draft", or all of them
+    // when it is the server's mode); its K,V get a pool of as many positions as the model's.
+    auto draft = a->speculative.load_draft(a->load, model);
+    if (!draft.ok()) return fail(draft.error().message);
+    std::unique_ptr<BlockPool> draft_pool;
+    if (draft.value()) {
+      auto dp = new_draft_pool(*draft.value(), *pool.value());
+      if (!dp.ok()) return fail(dp.error().message);
+      draft_pool = std::move(dp.value());
+    }
     // Renders stop at once when the server stops, so no worker is left inside a template.
     static std::atomic<bool> stopping{false};
     TemplateLimits limits;
@@ -138,6 +149,7 @@ Command add_serve_command(CLI::App& app) {
     // Constrained requests (response_format, grammar, forced tool calls) mask tokens through
     // the vocabulary's trie: built once here (tens of ms), shared by every request.
     so.masker = grammar::TokenMasker::for_tokenizer(*lm->tokenizer, lm->tokenizer->vocab().end_of_generation);
+    if (draft_pool) so.draft_model = {draft.value().get(), draft_pool.get()};
     server::ServingLoop loop(model, *pool.value(), so, metrics);
     server::ServerOptions opts;
     opts.host = a->host;
@@ -161,6 +173,9 @@ Command add_serve_command(CLI::App& app) {
                opts.model_name, opts.host, http.port(), pool.value()->bytes(), format_bytes((double)pool.value()->bytes()),
                c.n_layer, c.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype,
                ps.n_blocks, ps.block_tokens);
+    if (draft_pool)
+      fmt::print(stderr, "tandem serve: draft model {} ; its KV pool {} bytes ({}) for as many positions, besides --kv-memory\n",
+                 a->speculative.draft_model, draft_pool->bytes(), format_bytes((double)draft_pool->bytes()));
     std::fflush(stderr);
     http.start();
     int sig = 0;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <cctype>
+#include <cstdlib>
 #include <random>
 
 #include <fmt/core.h>
@@ -14,6 +16,7 @@
 #include "core/timer.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/draft_model.h"
 #include "gguf/gguf_file.h"
 
 namespace tandem::apps {
@@ -45,21 +48,38 @@ double kv_element_bytes(DType dtype) {
   return (double)info.block_bytes / info.block_elems;
 }
 
-void SpeculativeOptions::add_to(CLI::App* sub) {
-  sub->add_option("--speculative,--draft", mode,
-                  "speculative decoding: off, or lookup (draft the continuation of the longest recent n-gram that "
-                  "recurs in the prompt and output; verify the draft in one pass; output unchanged)")
-      ->check(CLI::IsMember({"off", "lookup"}));
+void SpeculativeOptions::add_to(CLI::App* sub, bool explain_width) {
+  auto* o = sub->add_option("--speculative,--draft", mode,
+                  "speculative decoding: off; lookup (draft the continuation of the longest recent n-gram that "
+                  "recurs in the prompt and output); or draft (a smaller model of the same vocabulary, --draft-model, "
+                  "proposes). The target verifies each draft in one pass; the output is unchanged. Default: draft "
+                  "with --draft-model, else off");
+  if (explain_width)
+    o->description(o->get_description() + "; or a number K: model verify passes of 1 + K tokens beside plain decode")
+        ->check(CLI::IsMember({"off", "lookup", "draft"}) | CLI::Range(1, 64), "off, lookup, draft or 1..64");
+  else
+    o->check(CLI::IsMember({"off", "lookup", "draft"}));
+  sub->add_option("--draft-model,--model-draft", draft_model, "speculative decoding: the draft model (GGUF, the same vocabulary)");
   sub->add_option("--draft-max", draft_max, "speculative decoding: tokens drafted per step at most")->check(CLI::Range(1, 64));
+  sub->add_option("--draft-p-min", draft_p_min,
+                  "draft model: stop drafting once its most likely next token is less likely than this")
+      ->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--lookup-ngram-min", ngram_min, "prompt lookup: shortest n-gram matched")->check(CLI::Range(1, 16));
   sub->add_option("--lookup-ngram-max", ngram_max, "prompt lookup: longest n-gram matched (tried first)")->check(CLI::Range(1, 16));
 }
 
+int SpeculativeOptions::width() const {
+  if (!mode.empty() && std::isdigit((unsigned char)mode[0])) return std::atoi(mode.c_str());
+  return enabled() ? draft_max : 0;
+}
+
 SpeculativeParams SpeculativeOptions::params() const {
   SpeculativeParams p;
-  const auto m = parse_speculative_mode(mode);
+  const bool numeric = !mode.empty() && std::isdigit((unsigned char)mode[0]);  // explain's K: runs plain
+  const auto m = parse_speculative_mode(mode.empty() || numeric ? (draft_model.empty() || numeric ? "off" : "draft") : mode);
   p.mode = m.ok() ? m.value() : SpeculativeMode::Off;
   p.draft_max = draft_max;
+  p.draft_p_min = draft_p_min;
   p.lookup.ngram_min = ngram_min;
   p.lookup.ngram_max = std::max(ngram_min, ngram_max);
   return p;
@@ -100,6 +120,23 @@ Status ConstraintOptions::apply(const Tokenizer& tok, GenerationConfig& cfg) con
   return Status::Ok();
 }
 
+Result<std::unique_ptr<Model>> SpeculativeOptions::load_draft(const ModelLoadOptions& load, const Model& target) const {
+  if (draft_model.empty()) {
+    if (params().mode == SpeculativeMode::Draft) return make_error("--speculative draft needs --draft-model FILE");
+    return std::unique_ptr<Model>();
+  }
+  ModelLoadOptions o = load;
+  o.model = draft_model;
+  // The draft's precision never reaches the output (the target decides every token): its
+  // products all take 8-bit activations, the fastest, whatever the target keeps exact.
+  if (o.exact_products == "auto") o.exact_products = "none";
+  auto lm = load_model(o);
+  if (!lm.ok()) return make_error("--draft-model {}: {}", draft_model, lm.error().message);
+  if (Status st = check_draft_vocabulary(target, *lm->model); !st.ok())
+    return make_error("--draft-model {} cannot draft for {}: {}", draft_model, load.model, st.error().message);
+  return std::move(lm->model);
+}
+
 void GenerationOptions::add_to(CLI::App* sub) {
   ModelLoadOptions::add_to(sub);
   sub->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->check(CLI::Range(0, 1 << 20));
@@ -113,7 +150,7 @@ void GenerationOptions::add_to(CLI::App* sub) {
   sub->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   add_kv_dtype_option(sub, kv_dtype);
   sub->add_flag("--no-stats", quiet_stats, "do not print the timing report");
-  speculative.add_to(sub);
+  speculative.add_to(sub, speculative_width);
 }
 
 GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
@@ -200,10 +237,13 @@ void print_stats(const GenerationStats& st, const Model& m, const GenerationOpti
              st.prefill_s * 1e3, st.prefill_tok_s(), st.ttft_s * 1e3);
   fmt::print(stderr, "decode         {} tokens in {:.2f} ms = {:.1f} tok/s   TPOT {:.2f} ms\n", st.n_decode_tokens,
              st.decode_s * 1e3, st.decode_tok_s(), st.tpot_s() * 1e3);
-  if (o.speculative.mode != "off")
+  if (o.speculative.enabled())
     fmt::print(stderr, "speculative    {}: {} drafted, {} accepted ({:.1f}%) in {} verify passes; {} decode passes, {:.2f} tokens each\n",
-               o.speculative.mode, st.n_drafted, st.n_accepted, 100.0 * st.acceptance_rate(), st.n_verify_steps,
+               speculative_mode_name(o.speculative.params().mode), st.n_drafted, st.n_accepted, 100.0 * st.acceptance_rate(), st.n_verify_steps,
                st.n_decode_steps, st.n_decode_steps ? (double)st.n_decode_tokens / st.n_decode_steps : 0.0);
+  if (st.n_draft_passes)
+    fmt::print(stderr, "draft model    {} passes in {:.2f} ms ({:.1f}% of decode)\n", st.n_draft_passes, st.draft_s * 1e3,
+               st.decode_s > 0 ? 100.0 * st.draft_s / st.decode_s : 0.0);
   fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated,
              st.stopped_by_eog ? " (stopped at end of generation)" : st.grammar_complete ? " (the grammar's sentence is complete)" : "");
   if (o.constrained)

@@ -34,14 +34,24 @@ void add_kv_dtype_option(CLI::App* sub, std::string& dtype);
 DType kv_dtype_of(const std::string& name);  // a name add_kv_dtype_option admitted
 double kv_element_bytes(DType dtype);          // 2 for f16, 34/32 for q8_0
 
-// --speculative lookup, --draft-max, --lookup-ngram-min/max: speculative decoding by prompt
-// lookup, the same flags on run, chat and serve.
+// --speculative lookup|draft, --draft-model, --draft-max, --draft-p-min, --lookup-ngram-min/max:
+// speculative decoding by prompt lookup or by a draft model, the same flags on run, chat,
+// explain and serve.
 struct SpeculativeOptions {
-  std::string mode = "off";
+  std::string mode;  // empty: draft when --draft-model is given, else off
+  std::string draft_model;
   int draft_max = SpeculativeParams{}.draft_max;
+  float draft_p_min = SpeculativeParams{}.draft_p_min;
   int ngram_min = LookupDraftParams{}.ngram_min, ngram_max = LookupDraftParams{}.ngram_max;
-  void add_to(CLI::App* sub);
+  // explain_width: --speculative also takes a number K (explain: model verify passes of 1 + K
+  // tokens next to the plain decode it runs).
+  void add_to(CLI::App* sub, bool explain_width = false);
   SpeculativeParams params() const;  // after CLI11 checked the names and ranges
+  int width() const;  // K given as --speculative K; else draft_max when enabled; else 0
+  bool enabled() const { return params().mode != SpeculativeMode::Off; }
+  // The --draft-model, loaded like the target (`load`'s backend settings) and checked against
+  // its vocabulary; null when none was given. An error for --speculative draft without one.
+  Result<std::unique_ptr<Model>> load_draft(const ModelLoadOptions& load, const Model& target) const;
 };
 
 // --json-schema FILE | --grammar FILE | --json: constrained decoding for `run` (the output is
@@ -69,6 +79,7 @@ struct GenerationOptions : ModelLoadOptions {
   bool quiet_stats = false;
   SpeculativeOptions speculative;
   bool constrained = false;  // set by a command that applied a ConstraintOptions (for the report)
+  bool speculative_width = false;  // set before add_to: --speculative also takes a number (explain)
 
   void add_to(CLI::App* sub);
   GenerationConfig config(const Vocab& vocab) const;

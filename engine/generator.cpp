@@ -47,6 +47,20 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   }
   // One position past the capacity: the scheduler admits a prompt with room for its next token.
   TANDEM_TRY(ensure_pool(capacity + 1, cfg.kv_dtype));
+  DraftModel draft;
+  if (cfg.speculative.mode == SpeculativeMode::Draft) {
+    if (!cfg.draft_model) return make_error("speculative mode 'draft' needs a draft model (--draft-model FILE)");
+    if (draft_pool_model_ != cfg.draft_model || !draft_pool_ || draft_pool_->n_blocks() != pool_->n_blocks() ||
+        draft_pool_->shape().dtype != pool_->shape().dtype) {
+      TANDEM_TRY(check_draft_vocabulary(model_, *cfg.draft_model));
+      draft_pool_.reset();
+      auto p = new_draft_pool(*cfg.draft_model, *pool_);
+      if (!p.ok()) return p.error();
+      draft_pool_ = std::move(p.value());
+      draft_pool_model_ = cfg.draft_model;
+    }
+    draft = {cfg.draft_model, draft_pool_.get()};
+  }
 
   SchedulerOptions so;
   so.max_batch_tokens = std::max<int64_t>(1, cfg.max_batch_tokens);
@@ -54,6 +68,7 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   so.no_kv_cache = !cfg.use_kv_cache;
   so.speculative = cfg.speculative;
   so.masker = cfg.masker;
+  so.draft_model = draft;
   Scheduler sched(model_, *pool_, so);
   RequestParams rp;
   rp.prompt = prompt;
@@ -105,6 +120,8 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   st.n_verify_steps = sched.stats().verify_steps;
   st.n_masks = sched.stats().masks;
   st.mask_s = sched.stats().mask_s;
+  st.n_draft_passes = sched.stats().draft_passes;
+  st.draft_s = sched.stats().draft_pass_s;
   if (first && cfg.max_new_tokens == 0) st.prefill_s = sched.stats().pass_s, st.ttft_s = 0;
   return st;
 }

@@ -32,6 +32,9 @@ struct GenerationConfig {
   // the masker is the vocabulary's (TokenMasker::for_tokenizer).
   std::shared_ptr<const grammar::Grammar> grammar;
   std::shared_ptr<const grammar::TokenMasker> masker;
+  // Mode Draft: the draft model (same vocabulary: checked), its K,V in the generator's second
+  // pool, as many positions as the model's.
+  Model* draft_model = nullptr;
 };
 
 struct GenerationStats {
@@ -46,6 +49,8 @@ struct GenerationStats {
   int64_t n_drafted = 0;     // speculative decoding: tokens proposed,
   int64_t n_accepted = 0;    //   proposed tokens the model accepted,
   int64_t n_verify_steps = 0;  //   and decode steps that verified a draft
+  int64_t n_draft_passes = 0;  // the draft model's forward passes,
+  double draft_s = 0.0;        //   and their time (part of decode_s)
   uint64_t kv_bytes = 0;     // bytes of the KV pool (naive mode: its scratch blocks)
   int64_t kv_tokens = 0;     // positions the pool holds
   bool stopped_by_eog = false;   // ended by a stop token (not by max tokens or a complete grammar sentence)
@@ -79,6 +84,8 @@ class Generator {
   Model& model_;
   int64_t context_tokens_;
   std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<BlockPool> draft_pool_;  // for GenerationConfig::draft_model
+  const Model* draft_pool_model_ = nullptr;
 };
 
 }  // namespace tandem

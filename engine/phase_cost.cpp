@@ -82,6 +82,13 @@ PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0) {
   return c;
 }
 
+PhaseCost verify_cost(const ModelShape& m, int64_t steps, int k, int64_t pos0, double advance) {
+  PhaseCost c;
+  k = std::max(0, k);
+  for (int64_t s = 0; s < steps; s++) c += prefill_cost(m, 1 + k, pos0 + (int64_t)((double)s * advance), 1 + k);
+  return c;
+}
+
 PhaseCost no_cache_cost(const ModelShape& m, int64_t prompt, int64_t n, int64_t chunk) {
   PhaseCost c;
   for (int64_t k = 0; k < n; k++) c += prefill_cost(m, prompt + k, 0, chunk);

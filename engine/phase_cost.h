@@ -44,6 +44,12 @@ PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0 = 0, int64_t
 // Decode of n tokens, the first at position pos0 (it attends to pos0 + 1 positions): every
 // token reads every weight and the whole cache (of a windowed layer, the window).
 PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0);
+// Speculative decoding's verify passes: `steps` passes of 1 + k tokens each (the decode token
+// and k drafted ones), the first at position pos0 and each `advance` positions after the one
+// before (the tokens it kept). A pass reads every weight once for all of its tokens, so its
+// FLOPs grow (1 + k)-fold for about the bytes of one decode step: its intensity moves toward
+// the ridge. k = 0 is decode_cost.
+PhaseCost verify_cost(const ModelShape& m, int64_t steps, int k, int64_t pos0, double advance = 1.0);
 // Naive mode: each of n generated tokens, after a prompt of p tokens, recomputes the whole
 // sequence: step k is a prefill of p + k tokens.
 PhaseCost no_cache_cost(const ModelShape& m, int64_t prompt, int64_t n, int64_t chunk = 512);

@@ -83,6 +83,7 @@ void Sampler::build_distribution(std::span<const float> logits, std::span<const 
 double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed) {
+  if (allowed.empty() && plain_greedy()) return argmax(logits);
   build_distribution(logits, history, allowed);
   if (p_.temperature <= 0.0f) return cand_[0].id;  // greedy draws nothing
   // Inverse-CDF draw.
@@ -97,6 +98,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 
 Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
                                  std::span<const uint64_t> allowed) {
+  if (allowed.empty() && plain_greedy()) {
+    const int32_t best = argmax(logits);
+    return {best, best == draft};
+  }
   build_distribution(logits, history, allowed);
   if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
   double p_draft = 0.0, rest = 0.0;
@@ -113,6 +118,63 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const 
     if (u < cum) return {c.id, false};
   }
   return {last, false};
+}
+
+int32_t Sampler::propose(std::span<const float> logits, std::span<const int32_t> history, std::vector<TokenProb>& q) {
+  q.clear();
+  if (plain_greedy()) {
+    q.push_back({argmax(logits), 1.0f});
+    return q[0].id;
+  }
+  build_distribution(logits, history, {});
+  for (const auto& c : cand_)
+    if (c.p > 0) q.push_back({c.id, c.p});
+  if (p_.temperature <= 0.0f) return cand_[0].id;
+  const double u = uniform();
+  double cum = 0.0;
+  for (const auto& c : q) {
+    cum += c.p;
+    if (u < cum) return c.id;
+  }
+  return q.back().id;
+}
+
+Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                                 std::span<const TokenProb> q, std::span<const uint64_t> allowed) {
+  if (allowed.empty() && plain_greedy()) return verify(logits, history, draft);
+  build_distribution(logits, history, allowed);
+  if (p_.temperature <= 0.0f) return {cand_[0].id, cand_[0].id == draft};
+  if (q_dense_.size() < logits.size()) q_dense_.assign(logits.size(), 0.0f);
+  for (const TokenProb& t : q)
+    if (t.id >= 0 && (size_t)t.id < q_dense_.size()) q_dense_[(size_t)t.id] += t.p;
+  double p_draft = 0.0;
+  for (const auto& c : cand_)
+    if (c.id == draft) p_draft = c.p;
+  const double q_draft = draft >= 0 && (size_t)draft < q_dense_.size() ? q_dense_[(size_t)draft] : 0.0;
+  Verdict v{draft, true};
+  // q_draft == 0 cannot happen for a token drawn from q; such a draft is accepted with p alone.
+  const double ratio = q_draft > 0 ? p_draft / q_draft : (p_draft > 0 ? 1.0 : 0.0);
+  if (!(ratio >= 1.0 || uniform() < ratio)) {
+    // Rejected: draw from the residual max(0, p - q), where p exceeds what q proposed.
+    double mass = 0.0;
+    for (const auto& c : cand_) mass += std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]);
+    v.accepted = false;
+    const double u = uniform();
+    double cum = 0.0;
+    v.token = -1;
+    for (const auto& c : cand_) {
+      // A residual lost to rounding (p and q equal but for float error) falls back to p.
+      const double r = mass > 1e-12 ? std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]) / mass : (double)c.p;
+      if (r <= 0) continue;
+      cum += r;
+      v.token = c.id;
+      if (u < cum) break;
+    }
+    if (v.token < 0) v.token = cand_[0].id;
+  }
+  for (const TokenProb& t : q)
+    if (t.id >= 0 && (size_t)t.id < q_dense_.size()) q_dense_[(size_t)t.id] = 0.0f;
+  return v;
 }
 
 }  // namespace tandem

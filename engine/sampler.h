@@ -9,6 +9,12 @@
 
 namespace tandem {
 
+// One token's probability in a distribution (only tokens with p > 0 are listed).
+struct TokenProb {
+  int32_t id;
+  float p;
+};
+
 struct SamplingParams {
   float temperature = 0.8f;     // <= 0 means greedy (argmax)
   int top_k = 40;               // <= 0 disables
@@ -43,6 +49,19 @@ class Sampler {
   Verdict verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
                  std::span<const uint64_t> allowed = {});
 
+  // A draft model's side: draws a token from this sampler's distribution over `logits` (the
+  // draft model's) and leaves that distribution, q, in `q`. Greedy: the argmax, q = {argmax: 1}.
+  int32_t propose(std::span<const float> logits, std::span<const int32_t> history, std::vector<TokenProb>& q);
+  // Speculative verification of a token drawn from the proposal distribution q (the standard
+  // rule): accepted with probability min(1, p(draft) / q(draft)), p this sampler's
+  // distribution; otherwise a token is drawn from max(0, p - q), renormalized. The token
+  // returned is distributed as sample()'s would be, whatever q is. Greedy: accepted iff the
+  // draft is p's argmax, which is returned. `allowed` as for sample(): p is the constrained
+  // distribution (a draft outside the mask has p = 0 and is rejected, the residual drawn from
+  // the allowed tokens), so the output stays exactly sample()'s.
+  Verdict verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                 std::span<const TokenProb> q, std::span<const uint64_t> allowed = {});
+
   static int32_t argmax(std::span<const float> logits);
 
  private:
@@ -55,11 +74,15 @@ class Sampler {
   void softmax();
   // Leaves the final distribution in cand_ (greedy: the argmax alone, p = 1).
   void build_distribution(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed);
+  // Greedy without a repetition penalty: the argmax of the logits as they are, without copying
+  // them into candidates (decode and every drafted position pay for a copy of the vocabulary).
+  bool plain_greedy() const { return p_.temperature <= 0.0f && p_.repeat_penalty == 1.0f; }
   double uniform();  // [0, 1), from the raw 64-bit output: the same on every standard library
 
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<Candidate> cand_;  // reused across calls
+  std::vector<float> q_dense_;   // verify with q: q by token id (zero outside q), reused
 };
 
 }  // namespace tandem

@@ -27,6 +27,7 @@
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/draft_model.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "kv/block_pool.h"
@@ -84,6 +85,9 @@ struct SchedulerOptions {
   SpeculativeParams speculative;
   // The vocabulary's token masker, for requests with a grammar (one per tokenizer, shared).
   std::shared_ptr<const grammar::TokenMasker> masker;
+  // The draft model for SpeculativeMode::Draft (its vocabulary checked by the caller with
+  // check_draft_vocabulary); none: requests asking for that mode are refused by add().
+  DraftModel draft_model;
 };
 
 struct SchedulerStats {
@@ -93,6 +97,8 @@ struct SchedulerStats {
   // Speculative decoding: tokens proposed, proposed tokens the target accepted, and the decode
   // steps that verified a draft.
   int64_t drafted_tokens = 0, accepted_tokens = 0, verify_steps = 0;
+  int64_t draft_passes = 0;  // the draft model's forward passes (batched across sequences)
+  double draft_pass_s = 0;   // time in them (part of the steps' time, not of pass_s)
   double acceptance_rate() const { return drafted_tokens ? (double)accepted_tokens / (double)drafted_tokens : 0.0; }
   double pass_s = 0;  // time in forward passes, all steps
   // Constrained decoding: full masks computed (the greedy fast path skips them when the
@@ -132,6 +138,16 @@ class Scheduler {
   void admit_waiting();
   std::vector<Planned> schedule();  // tokens per sequence within the budget; blocks (preempting)
   void propose_drafts(std::vector<Planned>& plan, int64_t budget);  // after blocks: drafts into free ones
+  // The draft model's passes for the sequences in `jobs` (n: tokens each may draft): first its
+  // K,V catch up with each sequence's tokens, then one pass per draft position for all of
+  // them. Fills each Seq's draft and draft_q; an error leaves them without a draft.
+  void draft_with_model(const std::vector<Planned>& jobs);
+  struct DraftRound;
+  DraftRound reserve_draft_blocks(const std::vector<Planned>& jobs);
+  Status draft_catch_up(DraftRound& r);
+  Status draft_positions(DraftRound& r);
+  void draft_propose(DraftRound& r, size_t i, std::span<const float> row);  // the draft model's logits -> a draft token
+  int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
   Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
   void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
   // Reports one generated token; false when the sequence ended with it (finished, or `done`).
@@ -145,6 +161,7 @@ class Scheduler {
   void prune_draft_to_grammar(Seq& s);
   void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
   void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
+  void trim_draft_blocks(Seq& s, int64_t upto);  // the same for the draft model's blocks
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);

@@ -4,12 +4,15 @@
 
 namespace tandem {
 
-const char* speculative_mode_name(SpeculativeMode m) { return m == SpeculativeMode::Lookup ? "lookup" : "off"; }
+const char* speculative_mode_name(SpeculativeMode m) {
+  return m == SpeculativeMode::Lookup ? "lookup" : m == SpeculativeMode::Draft ? "draft" : "off";
+}
 
 Result<SpeculativeMode> parse_speculative_mode(const std::string& name) {
   if (name == "off" || name == "none" || name.empty()) return SpeculativeMode::Off;
   if (name == "lookup") return SpeculativeMode::Lookup;
-  return make_error("unknown speculative mode '{}' (expected off or lookup)", name);
+  if (name == "draft") return SpeculativeMode::Draft;
+  return make_error("unknown speculative mode '{}' (expected off, lookup or draft)", name);
 }
 
 void DraftBackoff::verified(int drafted, int accepted) {

@@ -13,8 +13,10 @@
 
 namespace tandem {
 
-enum class SpeculativeMode { Off, Lookup };
-const char* speculative_mode_name(SpeculativeMode m);         // "off", "lookup"
+// Lookup drafts by prompt lookup (engine/draft_lookup.h); Draft runs a smaller model of the
+// same vocabulary (engine/draft_model.h) for k cheap decode passes.
+enum class SpeculativeMode { Off, Lookup, Draft };
+const char* speculative_mode_name(SpeculativeMode m);         // "off", "lookup", "draft"
 Result<SpeculativeMode> parse_speculative_mode(const std::string& name);
 
 struct SpeculativeParams {
@@ -25,6 +27,11 @@ struct SpeculativeParams {
   // nearly free (many cores, a GPU).
   int draft_max = 4;
   LookupDraftParams lookup;
+  // Draft model: stop drafting further tokens once the draft model's most likely next token
+  // has less than this probability (its raw softmax): a draft it is unsure of is mostly
+  // rejected, and each drafted token costs a draft pass and a wider verify pass. The test
+  // looks at the distribution only, never at the token drawn, so sampling stays exact.
+  float draft_p_min = 0.5f;
 };
 
 // How many tokens a sequence may draft this step, from how its recent drafts fared: the

@@ -90,6 +90,7 @@ std::string Metrics::render() const {
   counter("tandem_draft_accepted_tokens_total", "Proposed tokens the model accepted.", (double)g_.accepted_tokens);
   gauge("tandem_draft_acceptance_rate", "Accepted / proposed tokens of speculative decoding.",
         g_.drafted_tokens ? (double)g_.accepted_tokens / g_.drafted_tokens : 0.0);
+  counter("tandem_draft_model_passes_total", "Forward passes of the draft model (speculative mode draft).", (double)g_.draft_passes);
   counter("tandem_engine_steps_total", "Forward passes of the serving loop.", (double)g_.steps);
   gauge("tandem_generation_tokens_per_second", "Generated tokens per second, recent.", g_.tokens_per_s);
   return o;

@@ -27,7 +27,8 @@ struct Gauges {
   int64_t waiting = 0, running = 0;
   int64_t kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0, kv_blocks_total = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0, preemptions = 0, steps = 0;
-  int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding
+  int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding (lookup and draft model)
+  int64_t draft_passes = 0;                          // the draft model's forward passes
   double tokens_per_s = 0;  // generated tokens per second over the last few seconds
 };
 

@@ -48,7 +48,7 @@ Status parse_speculative(Checker& c, std::optional<SpeculativeParams>* out) {
   const json* mode = &v;
   SpeculativeParams p;
   if (v.is_object()) {
-    if (!v.contains("mode")) return c.fail("speculative", "needs a 'mode' (\"lookup\" or \"off\")");
+    if (!v.contains("mode")) return c.fail("speculative", "needs a 'mode' (\"lookup\", \"draft\" or \"off\")");
     mode = &v["mode"];
     if (v.contains("draft_max")) {
       if (!v["draft_max"].is_number_integer() || v["draft_max"].get<int64_t>() < 1 || v["draft_max"].get<int64_t>() > 64)
@@ -56,9 +56,9 @@ Status parse_speculative(Checker& c, std::optional<SpeculativeParams>* out) {
       p.draft_max = (int)v["draft_max"].get<int64_t>();
     }
   }
-  if (!mode->is_string()) return c.fail("speculative", "must be \"lookup\", \"off\" or {\"mode\": ..., \"draft_max\": N}");
+  if (!mode->is_string()) return c.fail("speculative", "must be \"lookup\", \"draft\", \"off\" or {\"mode\": ..., \"draft_max\": N}");
   auto m = parse_speculative_mode(mode->get<std::string>());
-  if (!m.ok()) return c.fail("speculative", "mode must be \"lookup\" or \"off\"");
+  if (!m.ok()) return c.fail("speculative", "mode must be \"lookup\", \"draft\" or \"off\"");
   p.mode = m.value();
   *out = p;
   return Status::Ok();

@@ -58,8 +58,8 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with token counts
   bool logprobs = false;
   int top_logprobs = 0;  // completions: logprobs N (0..5); chat: top_logprobs (0..20)
-  // tandem's extension "speculative": "lookup" | "off" | {"mode": ..., "draft_max": N}; unset:
-  // the server's --speculative setting.
+  // tandem's extension "speculative": "lookup" | "draft" | "off" | {"mode": ..., "draft_max": N};
+  // unset: the server's --speculative setting. "draft" needs a server started with --draft-model.
   std::optional<SpeculativeParams> speculative;
   std::string error_param;  // which field was wrong, for the error object
 

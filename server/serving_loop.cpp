@@ -57,6 +57,7 @@ void ServingLoop::publish_gauges(double tokens_per_s) {
   g.steps = st.steps;
   g.drafted_tokens = st.drafted_tokens;
   g.accepted_tokens = st.accepted_tokens;
+  g.draft_passes = st.draft_passes;
   g.tokens_per_s = tokens_per_s;
   metrics_.set_gauges(g);
 }

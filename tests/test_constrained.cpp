@@ -1,7 +1,8 @@
 // Constrained decoding through the scheduler: every output is a sentence (or, cut by the token
 // limit, a prefix) of the request's grammar; a constrained sequence batched with others, drafting
-// by prompt lookup or preempted, produces exactly what it produces alone; and the real model's
-// JSON Schema output parses and has its required members.
+// (by prompt lookup or by a draft model that knows nothing of the grammar) or preempted,
+// produces exactly what it produces alone; and the real model's JSON Schema output parses and
+// has its required members.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/draft_model.h"
 #include "engine/generator.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
@@ -128,7 +130,7 @@ void expect_in_language(const Tiny& t, const Tokens& out, const SeqEvent& fin) {
   ASSERT_TRUE(m.ok());
   const std::string s = text_of(t, out);
   EXPECT_TRUE(m->accept(s)) << s;
-  if (fin.finish == FinishReason::Stop) EXPECT_TRUE(m->can_end()) << s;
+  if (fin.finish == FinishReason::Stop) { EXPECT_TRUE(m->can_end()) << s; }
   EXPECT_NE(fin.finish, FinishReason::Error) << fin.error;
 }
 
@@ -153,14 +155,25 @@ TEST(Constrained, TinyModelOutputsFollowTheGrammarAloneBatchedDraftingAndPreempt
       EXPECT_GE(text_of(t, alone[v]).size(), 2u);  // at least "[]" (one token holds both)
     }
   }
-  // Together, with prompt lookup drafting, and (24 blocks of 4) with preemption.
+  // Together, drafting by prompt lookup or by a draft model (the same weights: its unmasked
+  // proposals are often outside the grammar, and must be rejected), and (24 blocks of 4) with
+  // preemption.
+  auto twin = tiny_model();
+  ASSERT_NE(twin, nullptr);
   for (int64_t blocks : {128, 24}) {
-    for (bool drafting : {false, true}) {
+    for (SpeculativeMode drafting : {SpeculativeMode::Off, SpeculativeMode::Lookup, SpeculativeMode::Draft}) {
       auto pool = pool_for(*t.model, blocks);
       SchedulerOptions o;
       o.masker = t.masker;
       o.max_batch_tokens = 24;
-      if (drafting) o.speculative.mode = SpeculativeMode::Lookup;
+      o.speculative.mode = drafting;
+      std::unique_ptr<BlockPool> draft_pool;
+      if (drafting == SpeculativeMode::Draft) {
+        auto dp = new_draft_pool(*twin, *pool);
+        ASSERT_TRUE(dp.ok()) << dp.error().message;
+        draft_pool = std::move(dp.value());
+        o.draft_model = {twin.get(), draft_pool.get()};
+      }
       Scheduler s(*t.model, *pool, o);
       Collected c;
       std::map<int64_t, int> which;
@@ -171,31 +184,50 @@ TEST(Constrained, TinyModelOutputsFollowTheGrammarAloneBatchedDraftingAndPreempt
       }
       run_all(s);
       for (const auto& [id, v] : which)
-        EXPECT_EQ(c.tokens[id], alone[v]) << "request " << v << " blocks " << blocks << " drafting " << drafting;
+        EXPECT_EQ(c.tokens[id], alone[v]) << "request " << v << " blocks " << blocks << " drafting "
+                                           << speculative_mode_name(drafting);
       EXPECT_EQ(pool->used_blocks(), 0) << "every block returns to the pool";
+      if (draft_pool) { EXPECT_EQ(draft_pool->used_blocks(), 0) << "every draft block returns to its pool"; }
+      if (drafting != SpeculativeMode::Off) { EXPECT_GT(s.stats().drafted_tokens, 0); }
     }
   }
 }
 
+// Sampled, plain and with a draft model whose proposals (drawn from its own unmasked
+// distribution) the verify step must judge against the masked one.
 TEST(Constrained, SampledOutputsAreSentencesOfTheGrammar) {
   Tiny t = tiny();
   ASSERT_NE(t.model, nullptr);
-  auto pool = pool_for(*t.model, 256);
-  SchedulerOptions o;
-  o.masker = t.masker;
-  o.max_batch_tokens = 64;
-  Scheduler s(*t.model, *pool, o);
-  Collected c;
-  for (uint64_t seed = 0; seed < 24; seed++) ASSERT_TRUE(s.add(request(t, (int)seed % 6, true, 1.5f, seed), c.callback()).ok());
-  run_all(s);
-  int complete = 0;
-  for (const auto& [id, fin] : c.finished) {
-    expect_in_language(t, c.tokens[id], fin);
-    complete += fin.finish == FinishReason::Stop;
+  auto twin = tiny_model();
+  ASSERT_NE(twin, nullptr);
+  for (bool draft_model : {false, true}) {
+    auto pool = pool_for(*t.model, 256);
+    SchedulerOptions o;
+    o.masker = t.masker;
+    o.max_batch_tokens = 64;
+    std::unique_ptr<BlockPool> draft_pool;
+    if (draft_model) {
+      auto dp = new_draft_pool(*twin, *pool);
+      ASSERT_TRUE(dp.ok()) << dp.error().message;
+      draft_pool = std::move(dp.value());
+      o.draft_model = {twin.get(), draft_pool.get()};
+      o.speculative.mode = SpeculativeMode::Draft;
+      o.speculative.draft_p_min = 0;  // the random twin is never confident: draft anyway
+    }
+    Scheduler s(*t.model, *pool, o);
+    Collected c;
+    for (uint64_t seed = 0; seed < 24; seed++) ASSERT_TRUE(s.add(request(t, (int)seed % 6, true, 1.5f, seed), c.callback()).ok());
+    run_all(s);
+    int complete = 0;
+    for (const auto& [id, fin] : c.finished) {
+      expect_in_language(t, c.tokens[id], fin);
+      complete += fin.finish == FinishReason::Stop;
+    }
+    EXPECT_EQ(c.finished.size(), 24u);
+    EXPECT_GT(complete, 12);  // at most 6 numbers of 3 digits fit in 30 tokens: most finish
+    EXPECT_GT(s.stats().masks, 0);
+    if (draft_model) { EXPECT_GT(s.stats().drafted_tokens, 0); }
   }
-  EXPECT_EQ(c.finished.size(), 24u);
-  EXPECT_GT(complete, 12);  // at most 6 numbers of 3 digits fit in 30 tokens: most finish
-  EXPECT_GT(s.stats().masks, 0);
 }
 
 TEST(Constrained, AGrammarWithoutAMaskerIsRefused) {
@@ -246,6 +278,16 @@ TEST(Constrained, RealModelJsonSchemaOutputParsesAndDraftingChangesNothing) {
   spec.speculative.mode = SpeculativeMode::Lookup;
   const Tokens drafted = generate(spec, &spec_st);
   EXPECT_EQ(drafted, plain);
+  // The model drafting for itself, blind to the schema: it proposes what the model would say
+  // unconstrained, which the masked verify step takes only where the schema allows it.
+  auto self = Model::load(path);
+  ASSERT_TRUE(self.ok()) << self.error().message;
+  GenerationConfig by_model = cfg;
+  by_model.speculative.mode = SpeculativeMode::Draft;
+  by_model.draft_model = self.value().get();
+  GenerationStats model_st;
+  EXPECT_EQ(generate(by_model, &model_st), plain);
+  EXPECT_GT(model_st.n_drafted, 0);
   const std::string text = tok.value()->decode(plain);
   EXPECT_TRUE(plain_st.grammar_complete) << text;
   const auto doc = nlohmann::json::parse(text, nullptr, false);

@@ -130,6 +130,25 @@ TEST(PhaseCost, CountsMatchTheShape) {
                    prefill_cost(shape, 1).flops + prefill_cost(shape, 2).flops + prefill_cost(shape, 3).flops);
 }
 
+// Speculative decoding's verify pass: 1 + k tokens for one read of the weights.
+TEST(PhaseCost, VerifyPassesMultiplyFlopsForTheSameWeightBytes) {
+  test::TinyShape s;
+  s.weight_type = DType::Q8_0;
+  auto m = Model::from_gguf(test::tiny_model_file(s));
+  ASSERT_TRUE(m.ok());
+  const ModelShape shape = ModelShape::of(m.value()->config(), m.value()->weights(), 2);
+  const PhaseCost d = decode_cost(shape, 3, 9), v0 = verify_cost(shape, 3, 0, 9);
+  EXPECT_NEAR(v0.flops, d.flops, 1e-9 * d.flops);  // k = 0 is decode
+  EXPECT_DOUBLE_EQ(v0.bytes(), d.bytes());
+  const PhaseCost v4 = verify_cost(shape, 1, 4, 9), d1 = decode_cost(shape, 1, 9);
+  EXPECT_DOUBLE_EQ(v4.weight_bytes, d1.weight_bytes);
+  EXPECT_NEAR(v4.flops, decode_cost(shape, 5, 9).flops, 1e-9 * v4.flops);  // the 5 tokens' FLOPs
+  EXPECT_GT(v4.intensity(), 4 * d1.intensity());
+  // Steps advance by the tokens kept: two passes that kept 3 each start at 9 and 12.
+  EXPECT_NEAR(verify_cost(shape, 2, 2, 9, 3.0).flops, decode_cost(shape, 3, 9).flops + decode_cost(shape, 3, 12).flops,
+              1e-9 * v4.flops);
+}
+
 TEST(Probes, ReturnPlausiblePeaks) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     const double f = cpu::measure_peak_flops(isa, 1, 0.02);
@@ -188,6 +207,32 @@ TEST(Probe, Int8RoofIsTheRoofOfQuantizedProducts) {
   EXPECT_TRUE(apps::runs_int8_products(*model(DType::Q8_0, true)));
   EXPECT_FALSE(apps::runs_int8_products(*model(DType::Q8_0, false)));
   EXPECT_FALSE(apps::runs_int8_products(*model(DType::F16, true)));
+}
+
+// bench's sdN: plain and speculative runs alternate, reps of each, counting the drafts.
+TEST(BenchRuns, SpeculativeRunsAlternateAndCountDrafts) {
+  test::TinyShape s;
+  s.n_ctx = 256;
+  auto m = Model::from_gguf(test::tiny_model_file(s));
+  auto d = Model::from_gguf(test::tiny_model_file(s));  // its twin drafts: every draft accepted
+  ASSERT_TRUE(m.ok() && d.ok());
+  SpeculativeParams spec;
+  spec.mode = SpeculativeMode::Draft;
+  spec.draft_p_min = 0;
+  auto r = apps::time_speculative(*m.value(), d.value().get(), {5, 6, 7, 8, 5, 6, 7}, 24, 2, spec, DType::F16);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->plain_tok_s.size(), 2u);
+  EXPECT_EQ(r->spec_tok_s.size(), 2u);
+  for (double t : r->plain_tok_s) EXPECT_GT(t, 0);
+  for (double t : r->spec_tok_s) EXPECT_GT(t, 0);
+  EXPECT_GT(r->drafted, 20);
+  EXPECT_EQ(r->accepted, r->drafted);
+  spec.mode = SpeculativeMode::Lookup;
+  r = apps::time_speculative(*m.value(), nullptr, {5, 6, 7, 8, 5, 6, 7}, 24, 1, spec, DType::F16);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(apps::default_spec_prompt().empty());
+  spec.mode = SpeculativeMode::Draft;  // without a draft model: an error, not a crash
+  EXPECT_FALSE(apps::time_speculative(*m.value(), nullptr, {5, 6}, 4, 1, spec, DType::F16).ok());
 }
 
 TEST(BenchRuns, FittedExponent) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "chat/chat_template.h"
+#include "engine/draft_model.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
 #include "server/access_policy.h"
@@ -77,6 +78,9 @@ TEST(OpenAiRequest, ParsesAndValidates) {
   spec = parse_request(json{{"prompt", "hi"}, {"speculative", "off"}}, false, 1, &bad);
   ASSERT_TRUE(spec.ok() && spec->speculative);
   EXPECT_EQ(spec->speculative->mode, SpeculativeMode::Off);
+  spec = parse_request(json{{"prompt", "hi"}, {"speculative", {{"mode", "draft"}}}}, false, 1, &bad);
+  ASSERT_TRUE(spec.ok() && spec->speculative);
+  EXPECT_EQ(spec->speculative->mode, SpeculativeMode::Draft);
   for (const json& v : {json("draft-model"), json(3), json{{"draft_max", 4}}, json{{"mode", "lookup"}, {"draft_max", 0}}}) {
     EXPECT_FALSE(parse_request(json{{"prompt", "hi"}, {"speculative", v}}, false, 1, &bad).ok()) << v.dump();
     EXPECT_EQ(bad, "speculative");
@@ -645,8 +649,10 @@ struct ServerFixture : ::testing::Test {
   Metrics metrics;
   std::unique_ptr<ServingLoop> loop;
   std::unique_ptr<HttpServer> server;
+  std::unique_ptr<Model> draft;  // with_draft: a smaller random model of the same vocabulary
+  std::unique_ptr<BlockPool> draft_pool;
 
-  void start(const std::string& api_key) {
+  void start(const std::string& api_key, bool with_draft = false) {
     test::TinyShape s;
     s.n_ctx = 128;
     auto m = Model::from_gguf(test::tiny_model_file(s));
@@ -663,7 +669,19 @@ struct ServerFixture : ::testing::Test {
     auto p = BlockPool::create({cfg.n_layer, cfg.n_kv_head, cfg.head_dim, 16, 32, DType::F16}, model->backend());
     ASSERT_TRUE(p.ok());
     pool = std::move(p.value());
-    loop = std::make_unique<ServingLoop>(*model, *pool, SchedulerOptions{}, metrics);
+    SchedulerOptions so;
+    if (with_draft) {
+      test::TinyShape d = s;
+      d.n_layer = 1;
+      auto dm = Model::from_gguf(test::tiny_model_file(d, 5));
+      ASSERT_TRUE(dm.ok());
+      draft = std::move(dm.value());
+      auto dp = new_draft_pool(*draft, *pool);
+      ASSERT_TRUE(dp.ok());
+      draft_pool = std::move(dp.value());
+      so.draft_model = {draft.get(), draft_pool.get()};
+    }
+    loop = std::make_unique<ServingLoop>(*model, *pool, so, metrics);
     ServerOptions o;
     o.port = 0;
     o.api_key = api_key;
@@ -752,6 +770,33 @@ TEST_F(ServerFixture, TokenEndpointsAreBehindTheKey) {
   EXPECT_EQ(status(request("GET", "/tokenize", "", key)), 405);
   EXPECT_EQ(status(request("POST", "/tokenize", "{not json", key)), 400);
   EXPECT_EQ(status(request("POST", "/tokenize", "[[[[" + std::string(100, '[') + std::string(104, ']'), key)), 400);  // too deep
+}
+
+// "speculative": "draft" per request: the server's draft model proposes, the output is the
+// plain one, /metrics counts the draft model's passes; a server without one refuses it.
+TEST_F(ServerFixture, DraftModelPerRequest) {
+  start("", true);
+  auto completion = [&](const std::string& spec) {
+    const std::string r = request("POST", "/v1/completions",
+                                  R"({"prompt":"abcabcabcab","max_tokens":16,"temperature":0,"speculative":)" + spec + "}");
+    EXPECT_EQ(status(r), 200) << r;
+    const auto j = nlohmann::json::parse(body(r), nullptr, false);
+    return j.is_object() ? j["choices"][0]["text"].get<std::string>() : std::string("(not json)");
+  };
+  const std::string plain = completion(R"("off")");
+  EXPECT_FALSE(plain.empty());
+  EXPECT_EQ(completion(R"({"mode":"draft","draft_max":3})"), plain);
+  const std::string m = body(request("GET", "/metrics"));
+  const size_t at = m.find("\ntandem_draft_model_passes_total ");
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_GT(std::stod(m.substr(at + 33)), 0) << m;
+}
+
+TEST_F(ServerFixture, DraftModeWithoutADraftModelIsRefused) {
+  start("");
+  const std::string r = request("POST", "/v1/completions", R"({"prompt":"abc","max_tokens":4,"speculative":"draft"})");
+  EXPECT_EQ(status(r), 400) << r;
+  EXPECT_NE(body(r).find("--draft-model"), std::string::npos) << r;
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ struct TinyShape {
   // the current token's embedding, so the model is a bigram model (its next token depends on
   // the current token only).
   float branch_scale = 1.0f;
+  // The tokenizer's tokens (all normal ones); empty: the byte-ish vocabulary below. A model
+  // with another model's tokens (and n_vocab their count) can draft for it.
+  std::vector<std::string> tokens;
 };
 
 inline std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
@@ -118,7 +121,8 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
   if (fam == "gemma3" && s.window > 0) b.kv_u32(a + "attention.sliding_window", (uint32_t)s.window);
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
-  for (int i = 0; i < (s.n_tokens ? s.n_tokens : s.n_vocab); i++) {
+  for (const std::string& t : s.tokens) tokens.push_back(t), types.push_back(1);
+  for (int i = 0; s.tokens.empty() && i < (s.n_tokens ? s.n_tokens : s.n_vocab); i++) {
     tokens.push_back(i == 0 ? "<|endoftext|>" : std::string(1, (char)('!' + (i - 1) % 90)) + (i > 90 ? "x" : ""));
     types.push_back(i == 0 ? 3 : 1);
   }
