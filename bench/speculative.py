@@ -120,7 +120,7 @@ def run_tandem(a, mode, target, draft, prompt):
         cmd += ["--speculative", "lookup"]
     elif mode == "draft":
         cmd += ["--speculative", "draft", "--draft-model", draft]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed: {r.stderr.strip()[-400:]}")
     m = re.search(r"decode\s+(\d+) tokens in ([\d.]+) ms = ([\d.]+) tok/s", r.stderr)
@@ -138,7 +138,7 @@ def run_peer(a, bin_dir, mode, target, draft, prompt):
     else:
         cmd = [os.path.join(bin_dir, "llama-speculative")] + common + [
             "-md", draft, "-td", str(a.threads), "--spec-draft-n-max", str(a.draft_max)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=peer_env(bin_dir))
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=peer_env(bin_dir))
     out = r.stdout + r.stderr
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", out)
     if r.returncode != 0 or not m:

@@ -400,6 +400,8 @@ void Scheduler::draft_with_model(const std::vector<Planned>& jobs) {
       s.draft.clear();
       s.draft_q.clear();
       s.draft_computed = 0;
+    } else if (s.draft.empty()) {
+      s.backoff.declined();
     }
     trim_draft_blocks(s, s.draft_computed);
   }

@@ -27,6 +27,10 @@ void DraftBackoff::verified(int drafted, int accepted) {
     misses_ = 0;
     return;
   }
+  declined();  // rejected whole: a miss
+}
+
+void DraftBackoff::declined() {
   if (++misses_ >= 2) pause_ = std::min(kMaxPause, 1 << std::min(misses_ - 1, 5));
 }
 

@@ -36,8 +36,8 @@ struct SpeculativeParams {
 
 // How many tokens a sequence may draft this step, from how its recent drafts fared: the
 // allowance doubles (up to draft_max) after a draft accepted whole and drops to one past the
-// accepted count after a partial one; two fully rejected drafts in a row pause drafting for 2
-// steps, and every further one doubles the pause (up to kMaxPause), so on text that does not
+// accepted count after a partial one; two fully rejected (or declined) drafts in a row pause
+// drafting for 2 steps, and every further one doubles the pause (up to kMaxPause), so on text that does not
 // repeat itself the verify passes become rare.
 class DraftBackoff {
  public:
@@ -51,6 +51,10 @@ class DraftBackoff {
     if (pause_ > 0) pause_--;
   }
   void verified(int drafted, int accepted);
+  // The drafter ran and proposed nothing (a draft model unsure of its first token): as costly
+  // as a draft rejected whole (the draft model's pass was spent), and it counts as one toward
+  // the pause, so a draft model that is never sure stops costing a pass per step.
+  void declined();
 
  private:
   int max_;

@@ -173,6 +173,7 @@ TEST(Constrained, TinyModelOutputsFollowTheGrammarAloneBatchedDraftingAndPreempt
         ASSERT_TRUE(dp.ok()) << dp.error().message;
         draft_pool = std::move(dp.value());
         o.draft_model = {twin.get(), draft_pool.get()};
+        o.speculative.draft_p_min = 0;  // the random twin is never confident: draft anyway
       }
       Scheduler s(*t.model, *pool, o);
       Collected c;

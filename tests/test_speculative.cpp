@@ -94,6 +94,14 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   EXPECT_EQ(b.allowed(), 2);
   b.verified(2, 0);
   EXPECT_EQ(b.allowed(), 1);  // a first miss again: no pause
+  b.declined();               // a drafter that proposed nothing: a second miss, a pause of 2
+  EXPECT_EQ(b.allowed(), 0);
+  b.step_without_draft();
+  b.step_without_draft();
+  EXPECT_EQ(b.allowed(), 1);
+  b.verified(1, 1);  // an acceptance ends the streak: declining once more does not pause
+  b.declined();
+  EXPECT_EQ(b.allowed(), 2);
 }
 
 TEST(SpeculativeMode, ParsesNames) {
@@ -675,6 +683,11 @@ TEST(Speculative, DraftModelStopsWhereItIsUnsure) {
   EXPECT_EQ(g.tokens, plain.tokens);
   EXPECT_EQ(g.stats.n_drafted, 0);
   EXPECT_GT(g.stats.n_draft_passes, 0);
+  // A draft model that never dares backs off like rejected drafts: its passes pause (2, 4, 8
+  // steps...) instead of costing one per decode step.
+  const Generated never = generate(*target, prompt, 60, with_draft_model(4, 1.0f), 0, 0, {}, draft.get());
+  EXPECT_EQ(never.stats.n_drafted, 0);
+  EXPECT_LE(never.stats.n_draft_passes, 12) << "of " << never.stats.n_decode_steps << " decode steps";
   // In between, fewer drafts than drafting always, the same output.
   const Generated always = generate(*target, prompt, 20, with_draft_model(4, 0.0f), 0, 0, {}, draft.get());
   const Generated some = generate(*target, prompt, 20, with_draft_model(4, 0.2f), 0, 0, {}, draft.get());
