@@ -4,9 +4,12 @@ lookup and draft model, and llama.cpp's own lookup and draft-model decoding from
 build, on the same files, prompts and threads, greedy.
 
     python3 bench/speculative.py [--threads 2] [--rounds 3] [--n 128] [--draft-max 4]
-                                 [--pairs smollm2,qwen] [--tasks rewrite,code,free] [--write]
+                                 [--pairs bundled,smollm2,qwen] [--tasks rewrite,code,free]
+                                 [--tandem-flags "--exact-products none"] [--write]
 
 Pairs (target <- draft, the same vocabulary):
+  bundled  the bundled SmolLM2-135M-Instruct Q4_1 itself, prompt lookup only (no smaller model of
+           its vocabulary exists here to draft for it).
   smollm2  SmolLM2-135M-Instruct F16 <- its Q4_1 (models/). The F16 is the bundled Q4_1
            dequantized by the peer's llama-quantize (the only real SmolLM2 weights here), so the
            two hold the same values: the draft agrees with the target as often as a well
@@ -30,6 +33,7 @@ import datetime
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -96,6 +100,8 @@ def peer_bins(build):
 
 def make_pairs(bin_dir, models_dir, which):
     pairs = []
+    if "bundled" in which:
+        pairs.append(("SmolLM2-135M-Instruct Q4_1 (bundled)", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"), None))
     if "smollm2" in which:
         q41 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
         f16 = os.path.join(models_dir, "smollm2-135m-instruct-from-q4_1-f16.gguf")
@@ -115,7 +121,7 @@ def make_pairs(bin_dir, models_dir, which):
 
 def run_tandem(a, mode, target, draft, prompt):
     cmd = [a.tandem, "run", "-m", target, "-p", prompt, "-n", str(a.n), "--temp", "0", "-t", str(a.threads),
-           "--draft-max", str(a.draft_max)]
+           "--draft-max", str(a.draft_max)] + shlex.split(a.tandem_flags)
     if mode == "lookup":
         cmd += ["--speculative", "lookup"]
     elif mode == "draft":
@@ -161,7 +167,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median of each cell is reported")
     ap.add_argument("--n", type=int, default=128, help="tokens to generate at most (greedy; stops at end of turn)")
     ap.add_argument("--draft-max", type=int, default=4, help="tokens drafted per step at most, both engines")
-    ap.add_argument("--pairs", default="smollm2,qwen")
+    ap.add_argument("--pairs", default="bundled,smollm2,qwen")
+    ap.add_argument("--tandem-flags", default="", help="more flags for every tandem run (e.g. \"--exact-products none\")")
     ap.add_argument("--tasks", default="rewrite,code,free")
     ap.add_argument("--no-peer", action="store_true", help="tandem's modes only")
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))
@@ -186,6 +193,8 @@ def main():
                 # Rotate the order each round so no mode always runs first (warm caches, drift).
                 order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
                 for mode in order:
+                    if draft is None and mode in ("draft", "peer-draft"):
+                        continue
                     run = run_tandem(a, mode, target, draft, TASKS[task]) if mode in TANDEM_MODES else \
                         run_peer(a, bin_dir, mode, target, draft, TASKS[task])
                     results.setdefault((label, task, mode), []).append(run)
@@ -203,13 +212,16 @@ def main():
     same_text = True
     for label, _, _ in pairs:
         for task in tasks:
-            texts = {m: results[(label, task, m)][0]["text"] for m in TANDEM_MODES}
-            same = texts["plain"] == texts["lookup"] == texts["draft"]
+            texts = [results[(label, task, m)][0]["text"] for m in TANDEM_MODES if (label, task, m) in results]
+            same = all(t == texts[0] for t in texts)
             same_text &= same
             row = [label, task + ("" if same else " (TEXT DIFFERS)")]
             base, _ = cell(label, task, "plain")
             peer_base, _ = cell(label, task, "peer-plain")
             for mode in modes:
+                if (label, task, mode) not in results:
+                    row.append("-")
+                    continue
                 tok_s, acc = cell(label, task, mode)
                 ref = base if mode in TANDEM_MODES else peer_base
                 s = f"{tok_s:.1f}"
@@ -223,7 +235,7 @@ def main():
         print("\nWARNING: tandem's modes produced different text for some task (greedy output must be equal)", file=sys.stderr)
     cmd = "python3 bench/speculative.py " + " ".join(sys.argv[1:])
     note = (f"Decode tok/s, median of {a.rounds} alternating rounds, greedy, at most {a.n} tokens, draft-max {a.draft_max}, "
-            f"{a.threads} threads; (x) is the speed-up over the same engine's plain decode, acc. its acceptance rate. "
+            f"{a.threads} threads" + (f", tandem with `{a.tandem_flags}`" if a.tandem_flags else "") + "; (x) is the speed-up over the same engine's plain decode, acc. its acceptance rate. "
             f"Load average over the run: {min(loads):.2f}-{max(loads):.2f}. "
             f"tandem's three modes produced {'the same' if same_text else 'DIFFERENT'} text for every task.")
     print("\n" + note)

@@ -44,7 +44,7 @@ void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, 
   each<NT>([&](auto t) { even_lo[t] = even_hi[t] = odd_lo[t] = odd_hi[t] = _mm256_setzero_ps(); });
   for (int64_t k = 0; k < cols; k += 2) {
     const uint16_t* e = w + k * kPackRows;
-    if constexpr (NT == 1) _mm_prefetch(reinterpret_cast<const char*>(e) + kDecodePrefetch, _MM_HINT_T1);
+    if constexpr (NT <= kStreamMaxTokens) _mm_prefetch(reinterpret_cast<const char*>(e) + kDecodePrefetch, _MM_HINT_T1);
     const __m256 lo0 = widen<T>(e), hi0 = widen<T>(e + 8);
     each<NT>([&](auto t) {
       const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + k);

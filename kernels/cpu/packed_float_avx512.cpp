@@ -35,8 +35,8 @@ void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, 
   __m512 even[NT], odd[NT];
   for (int t = 0; t < NT; t++) even[t] = _mm512_setzero_ps(), odd[t] = _mm512_setzero_ps();
   for (int64_t k = 0; k < cols; k += 2) {
-    // Decode: the line 8 KiB ahead into L2, as the packed quant kernel does (packed_quant_avx512.cpp).
-    if constexpr (NT == 1) _mm_prefetch(reinterpret_cast<const char*>(w + k * kPackRows) + 8192, _MM_HINT_T1);
+    // Streaming (kStreamMaxTokens): the line 8 KiB ahead into L2, as the packed quant kernel does.
+    if constexpr (NT <= kStreamMaxTokens) _mm_prefetch(reinterpret_cast<const char*>(w + k * kPackRows) + 8192, _MM_HINT_T1);
     const __m512 w0 = widen<T>(w + k * kPackRows), w1 = widen<T>(w + (k + 1) * kPackRows);
     for (int t = 0; t < NT; t++) {
       even[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * x_stride + k]), even[t]);

@@ -125,7 +125,7 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
   const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80);
   blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
     const uint8_t* quads = group + packed_quads_at(T, b);
-    if constexpr (NT == 1)
+    if constexpr (NT <= kStreamMaxTokens)
       if (h == 0) prefetch_ahead(quads, packed_unit_bytes(T) / 2);
     __m256i p[NT];
     if constexpr (T == DType::Q8_0) {
@@ -167,7 +167,7 @@ void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_
   constexpr int kBlockBytes = kquant_unit_bytes(T) / 8;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
-    if constexpr (NT == 1)
+    if constexpr (NT <= kStreamMaxTokens)
       if (h == 0) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
     const uint8_t* dp = group + kquant_d_at(T, b / 8) + 16 * h;
     const uint8_t* sc = group + kquant_scales_at(T, b) + 8 * h;
@@ -195,7 +195,7 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   const int64_t nb = cols / kQK;
   const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
   blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
-    if constexpr (NT == 1)
+    if constexpr (NT <= kStreamMaxTokens)
       if (h == 0) prefetch_ahead(group + b * kBlockBytes, kBlockBytes);
     const uint8_t* bits = group + q6k_bits_at(b);
     const auto* sc = reinterpret_cast<const int8_t*>(group + q6k_scales_at(b));

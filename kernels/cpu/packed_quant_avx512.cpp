@@ -65,7 +65,7 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t* quads = group + packed_quads_at(T, b);
-    if constexpr (NT == 1)  // decode: the block 8 KiB ahead (see kDecodePrefetch)
+    if constexpr (NT <= kStreamMaxTokens)  // streaming: the block 8 KiB ahead (kDecodePrefetch)
       for (int line = 0; line < packed_unit_bytes(T) / 2; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(quads) + kDecodePrefetch + line, _MM_HINT_T1);
     __m512i w[8];
@@ -102,7 +102,7 @@ void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
   __m512 d = _mm512_setzero_ps(), dmin = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    if constexpr (NT == 1)  // decode: 8 KiB ahead of this block's share of the group
+    if constexpr (NT <= kStreamMaxTokens)  // streaming: 8 KiB ahead of this block's share of the group
       for (int line = 0; line < kBlockBytes; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(group) + b * kBlockBytes + kDecodePrefetch + line, _MM_HINT_T1);
     if (b % 8 == 0) {
@@ -145,7 +145,7 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
   __m512 dw = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    if constexpr (NT == 1)  // decode: 8 KiB ahead of this block's share of the group
+    if constexpr (NT <= kStreamMaxTokens)  // streaming: 8 KiB ahead of this block's share of the group
       for (int line = 0; line < kBlockBytes; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(group) + b * kBlockBytes + kDecodePrefetch + line, _MM_HINT_T1);
     if (b % 8 == 0)
