@@ -227,8 +227,57 @@ Status Scheduler::step() {
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
     return logits.error();
   }
+  if (opts_.draft_model) draft_prefill(plan);
   postprocess(plan, logit_rows, logits.value());
   return Status::Ok();
+}
+
+void Scheduler::draft_prefill(const std::vector<Planned>& plan) {
+  Timer timer;
+  BlockPool& dp = *opts_.draft_model.pool;
+  const int64_t B = dp.block_tokens();
+  std::vector<std::pair<Seq*, int64_t>> jobs;  // sequence, prompt positions its draft K,V should hold
+  for (const Planned& p : plan) {
+    Seq& s = *p.seq;
+    const bool prefilling = s.draft.empty() && s.n_computed + 1 < (int64_t)s.tokens.size();
+    if (!prefilling || s.spec.mode != SpeculativeMode::Draft) continue;
+    int64_t upto = s.n_computed + p.n;  // n_computed is the target's before this pass
+    while ((int64_t)s.draft_blocks.size() * B < upto) {
+      const int32_t b = dp.allocate();
+      if (b < 0) break;
+      s.draft_blocks.push_back(b);
+    }
+    upto = std::min<int64_t>(upto, (int64_t)s.draft_blocks.size() * B);
+    if (upto > s.draft_computed) jobs.push_back({&s, upto});
+  }
+  Status st = Status::Ok();
+  while (st.ok()) {
+    ForwardBatch batch(B);
+    std::vector<std::pair<Seq*, int64_t>> in;
+    int64_t budget = opts_.max_batch_tokens;
+    for (auto [s, upto] : jobs) {
+      const int64_t n = std::min(upto - s->draft_computed, budget);
+      if (n <= 0) continue;
+      st = batch.add_sequence(std::span<const int32_t>(s->tokens.data() + s->draft_computed, (size_t)n), s->draft_computed,
+                              s->draft_blocks, ForwardBatch::Logits::None);
+      if (!st.ok()) break;
+      in.push_back({s, n});
+      budget -= n;
+    }
+    if (!st.ok() || in.empty()) break;
+    stats_.draft_passes++;
+    auto out = opts_.draft_model.model->forward(dp, batch);
+    if (!out.ok()) {
+      st = out.error();
+      break;
+    }
+    for (auto [s, n] : in) s->draft_computed += n;
+  }
+  for (auto [s, upto] : jobs) {
+    if (!st.ok()) s->draft_computed = 0;  // recomputed by a later catch-up
+    trim_draft_blocks(*s, s->draft_computed);
+  }
+  stats_.draft_pass_s += timer.seconds();
 }
 
 void Scheduler::drop_cancelled() {

@@ -142,6 +142,9 @@ class Scheduler {
   // K,V catch up with each sequence's tokens, then one pass per draft position for all of
   // them. Fills each Seq's draft and draft_q; an error leaves them without a draft.
   void draft_with_model(const std::vector<Planned>& jobs);
+  // The draft model's K,V of the prompt chunks this step's pass prefilled, in the same step
+  // (the draft model's share of prefill lands in time to first token, not in decode).
+  void draft_prefill(const std::vector<Planned>& plan);
   struct DraftRound;
   DraftRound reserve_draft_blocks(const std::vector<Planned>& jobs);
   Status draft_catch_up(DraftRound& r);

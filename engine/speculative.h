@@ -31,7 +31,10 @@ struct SpeculativeParams {
   // has less than this probability (its raw softmax): a draft it is unsure of is mostly
   // rejected, and each drafted token costs a draft pass and a wider verify pass. The test
   // looks at the distribution only, never at the token drawn, so sampling stays exact.
-  float draft_p_min = 0.5f;
+  // Default 0 (never stop): a draft model that agrees is right even when unsure (SmolLM2 F16
+  // <- its Q4_1: 96-100% acceptance, and 0.5 declined most positions, each decline having
+  // cost a pass), and the back-off already limits one that does not.
+  float draft_p_min = 0.0f;
 };
 
 // How many tokens a sequence may draft this step, from how its recent drafts fared: the
