@@ -76,7 +76,19 @@ struct Scheduler::Seq {
   }
 };
 
-Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {}
+namespace {
+
+double weight_bytes(const Model& m) {
+  double b = 0;
+  for (const auto& t : m.gguf().tensors()) b += (double)t.nbytes;
+  return b;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {
+  if (opts_.draft_model) draft_cost_ = std::min(1.0, weight_bytes(*opts_.draft_model.model) / std::max(1.0, weight_bytes(model_)));
+}
 Scheduler::~Scheduler() {
   for (auto& s : running_) release_blocks(*s);
 }
@@ -687,7 +699,7 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
   stats_.drafted_tokens += (int64_t)draft.size();
   stats_.accepted_tokens += accepted;
   stats_.verify_steps++;
-  s.backoff.verified((int)draft.size(), accepted);
+  s.backoff.verified((int)draft.size(), accepted, s.spec.mode == SpeculativeMode::Draft ? draft_cost_ : 0.0);
   if (!alive) return;  // finished (its blocks are gone) or about to be
   // The accepted drafts' K,V were computed from accepted tokens only: they stay. Positions
   // past them are rolled back: beyond the context length nothing reads them, and the blocks

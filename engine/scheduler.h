@@ -175,6 +175,9 @@ class Scheduler {
   Model& model_;
   BlockPool& pool_;
   SchedulerOptions opts_;
+  // A draft model's pass over the target's, by weight bytes (decode reads every weight): the
+  // least share of a draft that must be accepted to pay for its passes (DraftBackoff).
+  double draft_cost_ = 0.0;
   int64_t next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;  // oldest first

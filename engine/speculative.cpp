@@ -15,7 +15,7 @@ Result<SpeculativeMode> parse_speculative_mode(const std::string& name) {
   return make_error("unknown speculative mode '{}' (expected off, lookup or draft)", name);
 }
 
-void DraftBackoff::verified(int drafted, int accepted) {
+void DraftBackoff::verified(int drafted, int accepted, double min_rate) {
   if (drafted <= 0) return;
   if (accepted >= drafted) {
     cap_ = std::min(max_, std::max(1, cap_) * 2);
@@ -23,7 +23,7 @@ void DraftBackoff::verified(int drafted, int accepted) {
     return;
   }
   cap_ = std::min(max_, accepted + 1);
-  if (accepted > 0) {
+  if (accepted > 0 && (double)accepted >= min_rate * drafted) {
     misses_ = 0;
     return;
   }

@@ -53,7 +53,10 @@ class DraftBackoff {
   void step_without_draft() {
     if (pause_ > 0) pause_--;
   }
-  void verified(int drafted, int accepted);
+  // min_rate: the share of a draft that must be accepted for the draft to have paid (a draft
+  // model: its pass costs about its bytes over the target's per drafted token); below it a
+  // partly accepted draft counts as a miss too.
+  void verified(int drafted, int accepted, double min_rate = 0.0);
   // The drafter ran and proposed nothing (a draft model unsure of its first token): as costly
   // as a draft rejected whole (the draft model's pass was spent), and it counts as one toward
   // the pause, so a draft model that is never sure stops costing a pass per step.

@@ -102,6 +102,16 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   b.verified(1, 1);  // an acceptance ends the streak: declining once more does not pause
   b.declined();
   EXPECT_EQ(b.allowed(), 2);
+  // With a price (a draft model's pass): a draft mostly rejected is a miss even when a token
+  // of it was accepted; one accepted at the price is not.
+  DraftBackoff c(4);
+  c.verified(4, 1, 0.4);
+  EXPECT_EQ(c.allowed(), 2);
+  c.verified(2, 1, 0.4);  // half accepted: paid, no miss
+  c.verified(4, 1, 0.4);
+  EXPECT_EQ(c.allowed(), 2);
+  c.verified(2, 0, 0.4);  // the second miss in a row
+  EXPECT_EQ(c.allowed(), 0);
 }
 
 TEST(SpeculativeMode, ParsesNames) {
