@@ -207,8 +207,9 @@ def main():
         return (statistics.median(r["tok_s"] for r in runs) if runs else 0.0,
                 statistics.median(r["accept"] for r in runs) if runs and runs[0]["accept"] is not None else None)
 
-    lines = ["| pair | task | tandem plain | tandem lookup | tandem draft | llama.cpp plain | llama.cpp lookup | llama.cpp draft |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    names = {"plain": "tandem plain", "lookup": "tandem lookup", "draft": "tandem draft", "peer-plain": "llama.cpp plain",
+             "peer-lookup": "llama.cpp lookup", "peer-draft": "llama.cpp draft"}
+    lines = ["| pair | task | " + " | ".join(names[m] for m in modes) + " |", "| --- | --- |" + " ---: |" * len(modes)]
     same_text = True
     for label, _, _ in pairs:
         for task in tasks:
@@ -233,7 +234,7 @@ def main():
     print(table)
     if not same_text:
         print("\nWARNING: tandem's modes produced different text for some task (greedy output must be equal)", file=sys.stderr)
-    cmd = "python3 bench/speculative.py " + " ".join(sys.argv[1:])
+    cmd = "python3 bench/speculative.py " + shlex.join(sys.argv[1:])
     note = (f"Decode tok/s, median of {a.rounds} alternating rounds, greedy, at most {a.n} tokens, draft-max {a.draft_max}, "
             f"{a.threads} threads" + (f", tandem with `{a.tandem_flags}`" if a.tandem_flags else "") + "; (x) is the speed-up over the same engine's plain decode, acc. its acceptance rate. "
             f"Load average over the run: {min(loads):.2f}-{max(loads):.2f}. "
