@@ -51,19 +51,16 @@ void Sampler::build_distribution(std::span<const float> logits, std::span<const 
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
-  if ((p_.top_k <= 0 || (size_t)p_.top_k >= cand_.size()) && p_.top_p >= 1.0f) {
-    // No truncation by rank: nothing needs the whole vocabulary sorted (49k-262k candidates, a
-    // few ms per token). min-p keeps the tokens whose probability is within a factor min_p of
-    // the most likely, i.e. whose logit is within log(min_p) of the largest; only they are
-    // sorted, so the draw walks them most likely first as it does after top-k/top-p. Without
-    // min-p the draw walks the vocabulary in id order: the same distribution.
-    if (p_.min_p > 0.0f) {
-      float mx = -INFINITY;
-      for (const auto& c : cand_) mx = std::max(mx, c.logit);
-      const float cut = mx + std::log(p_.min_p);
-      std::erase_if(cand_, [cut](const Candidate& c) { return c.logit < cut; });
-      std::sort(cand_.begin(), cand_.end(), by_logit);
-    }
+  if ((p_.top_k <= 0 || (size_t)p_.top_k >= cand_.size()) && p_.top_p >= 1.0f && p_.min_p > 0.0f) {
+    // No truncation by rank, only min-p: it keeps the tokens whose probability is within a
+    // factor min_p of the most likely, i.e. whose logit is within log(min_p) of the largest,
+    // found in one pass; only they are sorted (not the whole 49k-262k vocabulary, a few ms per
+    // token), and the draw walks them most likely first, as before.
+    float mx = -INFINITY;
+    for (const auto& c : cand_) mx = std::max(mx, c.logit);
+    const float cut = mx + std::log(p_.min_p);
+    std::erase_if(cand_, [cut](const Candidate& c) { return c.logit < cut; });
+    std::sort(cand_.begin(), cand_.end(), by_logit);
     for (auto& c : cand_) c.logit /= p_.temperature;
     softmax();
     return;
