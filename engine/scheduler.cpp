@@ -246,46 +246,18 @@ Status Scheduler::step() {
 
 void Scheduler::draft_prefill(const std::vector<Planned>& plan) {
   Timer timer;
-  BlockPool& dp = *opts_.draft_model.pool;
-  const int64_t B = dp.block_tokens();
-  std::vector<std::pair<Seq*, int64_t>> jobs;  // sequence, prompt positions its draft K,V should hold
+  std::vector<Seq*> jobs;
+  std::vector<int64_t> upto;  // prompt positions each job's draft K,V should hold
   for (const Planned& p : plan) {
     Seq& s = *p.seq;
     const bool prefilling = s.draft.empty() && s.n_computed + 1 < (int64_t)s.tokens.size();
     if (!prefilling || s.spec.mode != SpeculativeMode::Draft) continue;
-    int64_t upto = s.n_computed + p.n;  // n_computed is the target's before this pass
-    while ((int64_t)s.draft_blocks.size() * B < upto) {
-      const int32_t b = dp.allocate();
-      if (b < 0) break;
-      s.draft_blocks.push_back(b);
-    }
-    upto = std::min<int64_t>(upto, (int64_t)s.draft_blocks.size() * B);
-    if (upto > s.draft_computed) jobs.push_back({&s, upto});
+    // n_computed is the target's before this pass.
+    const int64_t end = std::min(s.n_computed + p.n, reserve_draft_positions(s, s.n_computed + p.n));
+    if (end > s.draft_computed) jobs.push_back(&s), upto.push_back(end);
   }
-  Status st = Status::Ok();
-  while (st.ok()) {
-    ForwardBatch batch(B);
-    std::vector<std::pair<Seq*, int64_t>> in;
-    int64_t budget = opts_.max_batch_tokens;
-    for (auto [s, upto] : jobs) {
-      const int64_t n = std::min(upto - s->draft_computed, budget);
-      if (n <= 0) continue;
-      st = batch.add_sequence(std::span<const int32_t>(s->tokens.data() + s->draft_computed, (size_t)n), s->draft_computed,
-                              s->draft_blocks, ForwardBatch::Logits::None);
-      if (!st.ok()) break;
-      in.push_back({s, n});
-      budget -= n;
-    }
-    if (!st.ok() || in.empty()) break;
-    stats_.draft_passes++;
-    auto out = opts_.draft_model.model->forward(dp, batch);
-    if (!out.ok()) {
-      st = out.error();
-      break;
-    }
-    for (auto [s, n] : in) s->draft_computed += n;
-  }
-  for (auto [s, upto] : jobs) {
+  const Status st = draft_advance(jobs, upto, nullptr);
+  for (Seq* s : jobs) {
     if (!st.ok()) s->draft_computed = 0;  // recomputed by a later catch-up
     trim_draft_blocks(*s, s->draft_computed);
   }
@@ -474,18 +446,11 @@ Scheduler::DraftRound Scheduler::reserve_draft_blocks(const std::vector<Planned>
   // tokens of earlier steps the draft model has not run, e.g. a bonus token) and the first
   // k - 1 drafted tokens (the last drafted one is only ever run by the target). Draft blocks
   // only come from free ones: a job that gets too few drafts less or not at all.
-  BlockPool& dp = *opts_.draft_model.pool;
-  const int64_t B = dp.block_tokens();
   DraftRound r;
   for (Planned j : jobs) {
     Seq& s = *j.seq;
     const int64_t L = (int64_t)s.tokens.size();
-    while ((int64_t)s.draft_blocks.size() * B < L + j.n - 1) {
-      const int32_t b = dp.allocate();
-      if (b < 0) break;
-      s.draft_blocks.push_back(b);
-    }
-    j.n = std::min<int64_t>(j.n, (int64_t)s.draft_blocks.size() * B - L + 1);
+    j.n = std::min<int64_t>(j.n, reserve_draft_positions(s, L + j.n - 1) - L + 1);
     if (j.n <= 0) {
       trim_draft_blocks(s, s.draft_computed);
       continue;
@@ -512,18 +477,27 @@ void Scheduler::draft_propose(DraftRound& r, size_t i, std::span<const float> ro
 }
 
 Status Scheduler::draft_catch_up(DraftRound& r) {
+  std::vector<Seq*> seqs;
+  std::vector<int64_t> upto;
+  for (const Planned& j : r.live) seqs.push_back(j.seq), upto.push_back((int64_t)j.seq->tokens.size());
+  return draft_advance(seqs, upto, [&](size_t i, std::span<const float> row) { draft_propose(r, i, row); });
+}
+
+Status Scheduler::draft_advance(const std::vector<Seq*>& seqs, const std::vector<int64_t>& upto,
+                                const std::function<void(size_t, std::span<const float>)>& at_end) {
   const size_t V = (size_t)opts_.draft_model.model->config().n_vocab;
+  const ForwardBatch::Logits end_logits = at_end ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None;
   while (true) {
     ForwardBatch batch(opts_.draft_model.pool->block_tokens());
     std::vector<std::pair<size_t, int64_t>> in;  // job, tokens in this pass
     int64_t budget = opts_.max_batch_tokens;
-    for (size_t i = 0; i < r.live.size() && budget > 0; i++) {
-      Seq& s = *r.live[i].seq;
-      const int64_t L = (int64_t)s.tokens.size(), n = std::min(L - s.draft_computed, budget);
+    for (size_t i = 0; i < seqs.size() && budget > 0; i++) {
+      Seq& s = *seqs[i];
+      const int64_t n = std::min(upto[i] - s.draft_computed, budget);
       if (n <= 0) continue;
       const std::span<const int32_t> chunk(s.tokens.data() + s.draft_computed, (size_t)n);
-      const bool last = s.draft_computed + n == L;
-      TANDEM_TRY(batch.add_sequence(chunk, s.draft_computed, s.draft_blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
+      const bool last = s.draft_computed + n == upto[i];
+      TANDEM_TRY(batch.add_sequence(chunk, s.draft_computed, s.draft_blocks, last ? end_logits : ForwardBatch::Logits::None));
       in.push_back({i, n});
       budget -= n;
     }
@@ -533,9 +507,9 @@ Status Scheduler::draft_catch_up(DraftRound& r) {
     if (!logits.ok()) return logits.error();
     size_t row = 0;
     for (auto [i, n] : in) {
-      Seq& s = *r.live[i].seq;
+      Seq& s = *seqs[i];
       s.draft_computed += n;
-      if (s.draft_computed == (int64_t)s.tokens.size()) draft_propose(r, i, logits.value().subspan(row++ * V, V));
+      if (at_end && s.draft_computed == upto[i]) at_end(i, logits.value().subspan(row++ * V, V));
     }
   }
 }
@@ -713,6 +687,17 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
   // what it has not seen (the last accepted draft, the target's own token).
   s.draft_computed = std::min(s.draft_computed, s.n_computed);
   trim_draft_blocks(s, s.draft_computed);
+}
+
+int64_t Scheduler::reserve_draft_positions(Seq& s, int64_t positions) {
+  BlockPool& dp = *opts_.draft_model.pool;
+  const int64_t B = dp.block_tokens();
+  while ((int64_t)s.draft_blocks.size() * B < positions) {
+    const int32_t b = dp.allocate();
+    if (b < 0) break;
+    s.draft_blocks.push_back(b);
+  }
+  return (int64_t)s.draft_blocks.size() * B;
 }
 
 void Scheduler::trim_draft_blocks(Seq& s, int64_t upto) {

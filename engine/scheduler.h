@@ -148,6 +148,11 @@ class Scheduler {
   struct DraftRound;
   DraftRound reserve_draft_blocks(const std::vector<Planned>& jobs);
   Status draft_catch_up(DraftRound& r);
+  // Draft-model passes (chunks within the batch budget) until each seqs[i]'s draft K,V hold
+  // upto[i] of its tokens; with at_end, the pass that reaches upto[i] also gives that
+  // position's logits to at_end(i, row).
+  Status draft_advance(const std::vector<Seq*>& seqs, const std::vector<int64_t>& upto,
+                       const std::function<void(size_t, std::span<const float>)>& at_end);
   Status draft_positions(DraftRound& r);
   void draft_propose(DraftRound& r, size_t i, std::span<const float> row);  // the draft model's logits -> a draft token
   int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
@@ -164,6 +169,8 @@ class Scheduler {
   void prune_draft_to_grammar(Seq& s);
   void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
   void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
+  // Draft blocks (free ones only) for `positions` of s's tokens: the positions they hold.
+  int64_t reserve_draft_positions(Seq& s, int64_t positions);
   void trim_draft_blocks(Seq& s, int64_t upto);  // the same for the draft model's blocks
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
