@@ -147,6 +147,21 @@ void BM_RowDot(benchmark::State& st, DType t, Isa isa) {
   st.SetItemsProcessed(st.iterations() * kCols);
 }
 
+// One Q8_0 row (SmolLM2's 576 columns: its exact output head) against `tokens` tokens with
+// float activations, every sum decode's float (dot.h: RowDotTokensFn); items/s: multiply-adds.
+void BM_RowDotTokens(benchmark::State& st, DType t, Isa isa, int tokens) {
+  constexpr int64_t kHeadCols = 576;
+  std::mt19937 rng(7);
+  const auto row = random_row(t, kHeadCols, rng);
+  std::vector<float> x(tokens * kHeadCols, 0.5f), out(tokens);
+  const RowDotTokensFn f = row_dot_tokens_kernel(t, isa);
+  for (auto _ : st) {
+    f(row.data(), x.data(), kHeadCols, tokens, kHeadCols, out.data(), 1);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * tokens * kHeadCols);
+}
+
 void BM_F32Tile(benchmark::State& st, Isa isa) {
   std::vector<float> a(2 * kCols, 0.25f), b(4 * kCols, 0.5f);
   const F32TileFn f = f32_tile_kernel(isa);
@@ -230,8 +245,12 @@ int register_all() {
               ->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
       }
     }
-    for (DType t : {DType::F16, DType::Q4_1, DType::Q6_K})
+    for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0, DType::Q6_K})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
+    if (row_dot_tokens_kernel(DType::Q8_0, isa))
+      for (int tokens : {1, 2, 5, 8})
+        benchmark::RegisterBenchmark(("row_dot_tokens/Q8_0/" + std::to_string(tokens) + at).c_str(), BM_RowDotTokens,
+                                     DType::Q8_0, isa, tokens);
     if (packed_float_gemm_kernel(DType::F16, isa)) {
       for (int tokens : {128, 8, 1})  // the argument: columns (SmolLM2-135M's, Llama-3.2-1B's)
         benchmark::RegisterBenchmark(("packed_float_16x" + std::to_string(tokens) + "/F16" + at).c_str(), BM_PackedFloatGemm,

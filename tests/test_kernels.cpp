@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -261,6 +262,56 @@ std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std:
     if (second) std::memcpy(&raw[off + 2], &m, 2);
   }
   return raw;
+}
+
+// A Q8_0 row against several tokens (the exact output head of a verify pass) gives each token
+// decode's float exactly, and a float-activation matmul of any token count built on it equals
+// one matvec per token bit for bit.
+TEST(Kernels, RowDotTokensEqualsRowDotBitForBit) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd;
+  int checked = 0;
+  for (Isa isa : supported_isas()) {
+    const RowDotTokensFn f = row_dot_tokens_kernel(DType::Q8_0, isa);
+    if (!f) continue;
+    const RowDotFn dot = row_dot_kernel(DType::Q8_0, isa);
+    for (int64_t cols : {32, 576}) {
+      const int64_t rows = 5;
+      const auto raw = random_quant_rows(DType::Q8_0, rows, cols, rng);
+      const size_t rb = raw.size() / rows;
+      for (int n : {1, 2, 3, 7, 8, 9, 17}) {
+        std::vector<float> X(n * cols + 3), out(n * 2, -1.0f);
+        for (auto& e : X) e = nd(rng);
+        for (int64_t r = 0; r < rows; r++) {
+          f(raw.data() + r * rb, X.data() + 3, cols, n, cols, out.data(), 2);  // unaligned rows, strided out
+          for (int t = 0; t < n; t++) {
+            const float want = dot(raw.data() + r * rb, X.data() + 3 + t * cols, cols);
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[t * 2]), std::bit_cast<uint32_t>(want))
+                << isa_name(isa) << " cols " << cols << " tokens " << n << " token " << t;
+          }
+        }
+        checked++;
+      }
+    }
+    // Through matmul: every tile, every token count.
+    const CpuKernels k = CpuKernels::for_isa(isa, false);
+    const int64_t rows = 70, cols = 96;
+    const auto raw = random_quant_rows(DType::Q8_0, rows, cols, rng);
+    WeightMatrix w{DType::Q8_0, raw.data(), rows, cols, raw.size() / rows, k.row_dot(DType::Q8_0), nullptr, nullptr,
+                   {}, 0, {}};
+    w.dot_tokens = k.row_dot_tokens(DType::Q8_0);
+    for (int64_t T : {2, 5, 8, 13}) {
+      std::vector<float> X(T * cols), Y(T * rows), y(rows);
+      for (auto& e : X) e = nd(rng);
+      matmul(w, X.data(), T, Y.data(), k);
+      for (int64_t t = 0; t < T; t++) {
+        matvec(w, X.data() + t * cols, y.data(), k);
+        for (int64_t r = 0; r < rows; r++)
+          ASSERT_EQ(std::bit_cast<uint32_t>(Y[t * rows + r]), std::bit_cast<uint32_t>(y[r])) << isa_name(isa) << " T " << T;
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "this CPU has no AVX2: no multi-token row kernel to check";
 }
 
 TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {

@@ -100,6 +100,7 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
   for (const std::string& e : exact_products_) exact |= name_has_components(src.name, e);
   const cpu::CpuKernels& k = exact ? exact_kernels_ : kernels_;
   w->dot = k.row_dot(w->type);
+  w->dot_tokens = k.row_dot_tokens(w->type);
   w->qdot = k.quant_dot(w->type);
   w->qdot4 = k.quant_dot4(w->type);
   if (!src.compute_supported || !w->dot)

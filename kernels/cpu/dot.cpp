@@ -56,6 +56,10 @@ RowDotFn row_dot_kernel(DType type, Isa isa) {
   }
 }
 
+RowDotTokensFn row_dot_tokens_kernel(DType type, Isa isa) {
+  return has_avx2(isa) ? row_dot_tokens_kernel_avx2(type) : nullptr;
+}
+
 F32DotFn f32_dot_kernel(Isa isa) { return has_avx2(isa) ? f32_dot_avx2 : f32_dot_scalar; }
 
 void f32_to_f16_scalar(const float* x, uint16_t* out, int64_t n) {

@@ -18,6 +18,17 @@ using RowDotFn = float (*)(const void* row, const float* x, int64_t n);
 // The kernel for a type at an ISA level; nullptr if tandem has none for the type.
 RowDotFn row_dot_kernel(DType type, Isa isa);
 
+// The same row against n_tokens tokens (x + t * x_stride), out[t * out_stride] for each: the
+// weights are widened once per block for several tokens, and every sum is the float the
+// type's RowDotFn gives at this ISA level, so a pass of many tokens (a speculative verify
+// pass, all-position logits) matches decode's one-token pass bit for bit. nullptr where
+// tandem has none (Q8_0 so far, the exact output head of small models; AVX-512 levels use the
+// AVX2 kernel, whose 8-lane sums they must reproduce: two tokens per 16-lane vector, loaded
+// with inserts, measured slower).
+using RowDotTokensFn = void (*)(const void* row, const float* x, int64_t x_stride, int n_tokens, int64_t n,
+                                float* out, int64_t out_stride);
+RowDotTokensFn row_dot_tokens_kernel(DType type, Isa isa);
+
 // Dot of two float vectors (used by prefill on dequantized rows and by attention).
 using F32DotFn = float (*)(const float* a, const float* b, int64_t n);
 F32DotFn f32_dot_kernel(Isa isa);
@@ -54,6 +65,7 @@ float f32_dot_scalar(const float* a, const float* b, int64_t n);
 
 // AVX2 kernels (dot_avx2.cpp); only call when best_isa() is Avx2.
 RowDotFn row_dot_kernel_avx2(DType type);
+RowDotTokensFn row_dot_tokens_kernel_avx2(DType type);
 float f32_dot_avx2(const float* a, const float* b, int64_t n);
 void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n);
 void quantize_q8_0_avx2(const float* x, void* out, int64_t n);
@@ -94,6 +106,7 @@ struct CpuKernels {
   // Float arithmetic, so used in either activation mode.
   PackedFloatGemmFn packed_float(DType t) const { return packed_float_gemm_kernel(t, isa); }
   RowDotFn row_dot(DType t) const { return row_dot_kernel(t, isa); }
+  RowDotTokensFn row_dot_tokens(DType t) const { return row_dot_tokens_kernel(t, isa); }
   AxpyFn axpy(DType t) const { return axpy_kernel(t, isa); }
 };
 

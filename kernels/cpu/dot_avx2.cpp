@@ -88,6 +88,51 @@ float dot_q8_0_row(const void* row, const float* x, int64_t n) {
   return hsum(acc);
 }
 
+// dot_q8_0_row against up to eight tokens at once: each block's weights are widened once for
+// all of them, and each token's sum takes exactly dot_q8_0_row's steps in its order, so every
+// result is that kernel's float (a verify pass's logits equal decode's bit for bit).
+template <int NT>
+void q8_0_tokens(const BlockQ8_0* b, const float* x, int64_t x_stride, int64_t n, float* out, int64_t out_stride) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; i++) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16));
+    const __m256 w0 = i8x8_to_ps(lo), w1 = i8x8_to_ps(_mm_srli_si128(lo, 8));
+    const __m256 w2 = i8x8_to_ps(hi), w3 = i8x8_to_ps(_mm_srli_si128(hi, 8));
+    const __m256 d = _mm256_set1_ps(half(b[i].d));
+    for (int t = 0; t < NT; t++) {
+      const float* xt = x + t * x_stride + i * kQK;
+      __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(xt));
+      s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), s);
+      s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), s);
+      s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), s);
+      acc[t] = _mm256_fmadd_ps(d, s, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t * out_stride] = hsum(acc[t]);
+}
+
+void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_tokens, int64_t n, float* out,
+                     int64_t out_stride) {
+  constexpr int kTokens = 8;  // 8 accumulators, 4 weight vectors, the scale and a sum: 14 registers
+  const auto* b = static_cast<const BlockQ8_0*>(row);
+  for (int t = 0; t < n_tokens; t += kTokens) {
+    const float* xt = x + t * x_stride;
+    float* ot = out + t * out_stride;
+    switch (n_tokens - t) {
+      case 1: q8_0_tokens<1>(b, xt, x_stride, n, ot, out_stride); break;
+      case 2: q8_0_tokens<2>(b, xt, x_stride, n, ot, out_stride); break;
+      case 3: q8_0_tokens<3>(b, xt, x_stride, n, ot, out_stride); break;
+      case 4: q8_0_tokens<4>(b, xt, x_stride, n, ot, out_stride); break;
+      case 5: q8_0_tokens<5>(b, xt, x_stride, n, ot, out_stride); break;
+      case 6: q8_0_tokens<6>(b, xt, x_stride, n, ot, out_stride); break;
+      case 7: q8_0_tokens<7>(b, xt, x_stride, n, ot, out_stride); break;
+      default: q8_0_tokens<kTokens>(b, xt, x_stride, n, ot, out_stride); break;
+    }
+  }
+}
+
 // Sum over one 32-element block of nibble quants q (low nibbles = elements 0..15) times x,
 // plus the block's sum of x (needed by the Q4_1 offset term).
 inline __m256 nibble_block_dot(const uint8_t* qs, const float* x, __m256 bias, __m256* xsum) {
@@ -273,6 +318,8 @@ RowDotFn row_dot_kernel_avx2(DType type) {
   }
 }
 
+RowDotTokensFn row_dot_tokens_kernel_avx2(DType type) { return type == DType::Q8_0 ? dot_q8_0_tokens : nullptr; }
+
 float f32_dot_avx2(const float* a, const float* b, int64_t n) { return dot_f32(a, b, n); }
 
 void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) {
@@ -312,6 +359,7 @@ void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_s
 
 namespace tandem::cpu {
 RowDotFn row_dot_kernel_avx2(DType) { return nullptr; }
+RowDotTokensFn row_dot_tokens_kernel_avx2(DType) { return nullptr; }
 AxpyFn axpy_kernel_avx2(DType) { return nullptr; }
 float f32_dot_avx2(const float* a, const float* b, int64_t n) { return f32_dot_scalar(a, b, n); }
 void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) { f32_to_f16_scalar(x, out, n); }

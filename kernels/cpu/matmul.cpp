@@ -23,6 +23,10 @@ constexpr int64_t kDecodeRowsMinTokens = 4;
 // blocks per token) and each thread's share of a matrix both stay in L2.
 constexpr int64_t kPackedTokenChunk = 128;
 
+// Passes of up to this many tokens go tile by tile with every token, as decode does: one
+// kernel call per packed group streams its weights once (kStreamMaxTokens prefetches them).
+constexpr int64_t kStreamTokens = kStreamMaxTokens;
+
 // Decode's schedule. Guided hands out shrinking runs, but its first run is half the tiles: on
 // a large matrix, a thread whose core streams slower then holds the other one waiting. From
 // this many tiles on, runs of 1/32 of a thread's share go out instead (with small matrices
@@ -72,6 +76,8 @@ void run_tile(std::span<const Projection> group, const Tile& tile, const float* 
     for (; t < n_tokens; t++)
       for (int64_t r = 0; r < tile.nr; r++)
         out[t * w.rows + r] = w.qdot(w.row(tile.r0 + r), xq + t * nb, cols);
+  } else if (w.dot_tokens && n_tokens > 1) {  // each sum the float decode's w.dot gives, the row widened once
+    for (int64_t r = 0; r < tile.nr; r++) w.dot_tokens(w.row(tile.r0 + r), X, cols, (int)n_tokens, cols, out + r, w.rows);
   } else if (n_tokens < kDecodeRowsMinTokens) {
     for (int64_t t = 0; t < n_tokens; t++)
       for (int64_t r = 0; r < tile.nr; r++) out[t * w.rows + r] = w.dot(w.row(tile.r0 + r), X + t * cols, cols);
@@ -112,14 +118,15 @@ GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t 
   thread_local std::vector<BlockQ8Act> xq_store;
   GroupPlan p{tile_store, xq_store};
   const int64_t cols = group[0].w->cols, nb = cols / 32;
-  // Decode: small tiles so both threads get even shares; prefill: tiles that stay in cache.
-  p.tile_rows = n_tokens == 1 ? 32 : 16;
+  // Decode and verify-sized passes: small tiles so both threads get even shares; prefill:
+  // tiles that stay in cache.
+  p.tile_rows = n_tokens <= kStreamTokens ? 32 : 16;
   p.tiles.clear();
   for (size_t g = 0; g < group.size(); g++) {
     const WeightMatrix& w = *group[g].w;
     p.any_q8 |= w.qdot != nullptr || w.packed_gemm != nullptr;
     p.any_packed |= w.is_packed();
-    p.any_decoded |= !w.qdot && !w.is_packed() && n_tokens >= kDecodeRowsMinTokens;
+    p.any_decoded |= !w.qdot && !w.is_packed() && !w.dot_tokens && n_tokens >= kDecodeRowsMinTokens;
     for (int64_t r0 = 0; r0 < w.rows; r0 += p.tile_rows) p.tiles.push_back({(int)g, r0, std::min(p.tile_rows, w.rows - r0)});
   }
   p.xq.resize(p.any_q8 ? (size_t)(n_tokens * nb) : 0);
@@ -148,7 +155,7 @@ void run_group(const GroupPlan& p, std::span<const Projection> group, const floa
   // runs slower, and a static split left the other waiting (libgomp spin was ~10% of Q4_1
   // prefill samples; pp512 medians 615 -> 798 tok/s over 5 alternations, 1B neutral). The
   // tile, not the thread, fixes every float.
-  if (p.any_packed && n_tokens > 1)
+  if (p.any_packed && n_tokens > kStreamTokens)
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kPackedTokenChunk) {
 #pragma omp for schedule(dynamic, 2) nowait
       for (int64_t ti = 0; ti < n_tiles; ti++) {
@@ -161,12 +168,14 @@ void run_group(const GroupPlan& p, std::span<const Projection> group, const floa
   // Decode: guided scheduling hands out shrinking runs of tiles, so a thread that the
   // machine slows (the two cores rarely stream at the same rate) takes fewer of them while
   // each run stays one sequential stream. The tile, not the thread, fixes every float.
-  if (n_tokens == 1 && n_tiles < kDynamicMinTiles) {
+  // Passes of a few tokens (speculative verify passes, small serving steps) stream the
+  // weights as decode does, every tile's rows against all their tokens at once.
+  if (n_tokens <= kStreamTokens && n_tiles < kDynamicMinTiles) {
 #pragma omp for schedule(guided)
-    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq, decoded.data(), k);
-  } else if (n_tokens == 1) {
+    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, n_tokens, xq, decoded.data(), k);
+  } else if (n_tokens <= kStreamTokens) {
 #pragma omp for schedule(dynamic, p.decode_chunk)
-    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, 1, xq, decoded.data(), k);
+    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, n_tokens, xq, decoded.data(), k);
   } else {
 #pragma omp for schedule(static)
     for (int64_t ti = 0; ti < n_tiles; ti++)

@@ -29,6 +29,9 @@ struct WeightMatrix {
   // F16/BF16 rows repacked the same way for float activations (packed_float.h); when set,
   // products use these.
   PackedFloatGemmFn packed_float_gemm = nullptr;
+  // Float-activation rows against several tokens at once with dot's floats (dot.h); when set,
+  // passes of 2+ tokens use it, so their products equal decode's bit for bit.
+  RowDotTokensFn dot_tokens = nullptr;
   bool is_packed() const { return packed_gemm || packed_float_gemm; }
 
   // Repacks the rows when the kernels have a packed kernel for the type.
