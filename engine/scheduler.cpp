@@ -69,7 +69,9 @@ struct Scheduler::Seq {
   Sampler draft_sampler;
   Seq(int64_t i, RequestParams p, SeqCallback c, const SpeculativeParams& sp)
       : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling),
-        spec(params.speculative.value_or(sp)), backoff(spec.draft_max), draft_sampler(draft_sampling(params.sampling)) {}
+        spec(params.speculative.value_or(sp)), backoff(spec.draft_max, spec.mode == SpeculativeMode::Draft ? DraftBackoff::kMaxPauseDraftModel
+                                                                        : DraftBackoff::kMaxPause),
+        draft_sampler(draft_sampling(params.sampling)) {}
   static SamplingParams draft_sampling(SamplingParams sp) {
     sp.seed ^= 0x9E3779B97F4A7C15ull;
     return sp;
@@ -87,7 +89,7 @@ double weight_bytes(const Model& m) {
 }  // namespace
 
 Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {
-  if (opts_.draft_model) draft_cost_ = std::min(1.0, weight_bytes(*opts_.draft_model.model) / std::max(1.0, weight_bytes(model_)));
+  if (opts_.draft_model) draft_cost_ = draft_model_min_rate(weight_bytes(*opts_.draft_model.model), weight_bytes(model_));
 }
 Scheduler::~Scheduler() {
   for (auto& s : running_) release_blocks(*s);

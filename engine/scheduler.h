@@ -182,8 +182,8 @@ class Scheduler {
   Model& model_;
   BlockPool& pool_;
   SchedulerOptions opts_;
-  // A draft model's pass over the target's, by weight bytes (decode reads every weight): the
-  // least share of a draft that must be accepted to pay for its passes (DraftBackoff).
+  // The least share of a draft model's draft that must be accepted to pay for its passes and
+  // the wider verify pass (draft_model_min_rate, DraftBackoff).
   double draft_cost_ = 0.0;
   int64_t next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;

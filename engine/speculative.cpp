@@ -31,7 +31,7 @@ void DraftBackoff::verified(int drafted, int accepted, double min_rate) {
 }
 
 void DraftBackoff::declined() {
-  if (++misses_ >= 2) pause_ = std::min(kMaxPause, 1 << std::min(misses_ - 1, 5));
+  if (++misses_ >= 2) pause_ = std::min(max_pause_, 1 << std::min(misses_ - 1, 20));
 }
 
 }  // namespace tandem

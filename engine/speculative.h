@@ -22,9 +22,10 @@ Result<SpeculativeMode> parse_speculative_mode(const std::string& name);
 struct SpeculativeParams {
   SpeculativeMode mode = SpeculativeMode::Off;
   // Tokens proposed per step at most. Each drafted token widens the verify pass; on a CPU
-  // whose matmuls are already near compute-bound at a few tokens (SmolLM2-135M, 2 threads: a
-  // 2-token pass costs ~1.5 single ones) short drafts pay best. Raise it where wider passes are
-  // nearly free (many cores, a GPU).
+  // whose matmuls are near compute-bound at a few tokens (SmolLM2-135M Q4_1, 2 threads: a
+  // 2-token pass costs ~1.2 single ones, a 5-token one ~2.1; bench/pass_cost.cpp) short
+  // drafts pay best: replaying the bundled model's outputs, 4 to 6 gave the most. Raise it
+  // where wider passes are nearly free (many cores, a GPU).
   int draft_max = 4;
   LookupDraftParams lookup;
   // Draft model: stop drafting further tokens once the draft model's most likely next token
@@ -37,15 +38,32 @@ struct SpeculativeParams {
   float draft_p_min = 0.0f;
 };
 
+// The least share of a draft model's draft that must be accepted for it to have paid, in
+// units of the target's decode pass: each drafted token costs a draft-model pass (its weight
+// bytes over the target's: decode reads every weight) and widens the verify pass by about a
+// quarter of a decode pass (SmolLM2 Q4_1 on 2 cores: a 5-token pass costs ~2.1 one-token
+// passes). Below it a partly accepted draft counts as a miss (DraftBackoff::verified).
+constexpr double kVerifyTokenShare = 0.25;
+inline double draft_model_min_rate(double draft_bytes, double target_bytes) {
+  const double r = draft_bytes / (target_bytes > 1.0 ? target_bytes : 1.0) + kVerifyTokenShare;
+  return r < 1.0 ? r : 1.0;
+}
+
 // How many tokens a sequence may draft this step, from how its recent drafts fared: the
 // allowance doubles (up to draft_max) after a draft accepted whole and drops to one past the
 // accepted count after a partial one; two fully rejected (or declined) drafts in a row pause
-// drafting for 2 steps, and every further one doubles the pause (up to kMaxPause), so on text that does not
+// drafting for 2 steps, and every further one doubles the pause (up to max_pause), so on text that does not
 // repeat itself the verify passes become rare.
 class DraftBackoff {
  public:
+  // A missed lookup draft costs only its verify pass's extra width. A draft model's costs its
+  // passes and, after a pause, a catch-up pass over every token it has not seen (at small-batch
+  // prefill rate): on text it cannot predict (a random Qwen pair's free text) a 32-step cap kept
+  // it catching up on nearly the whole output, 8-11% below plain decode; 128 lets it try rarely.
   static constexpr int kMaxPause = 32;
-  explicit DraftBackoff(int draft_max = 8) : max_(draft_max < 0 ? 0 : draft_max), cap_(max_) {}
+  static constexpr int kMaxPauseDraftModel = 128;
+  explicit DraftBackoff(int draft_max = 8, int max_pause = kMaxPause)
+      : max_(draft_max < 0 ? 0 : draft_max), cap_(max_), max_pause_(max_pause) {}
 
   // Tokens allowed this step; 0 while paused.
   int allowed() const { return pause_ > 0 ? 0 : cap_; }
@@ -65,6 +83,7 @@ class DraftBackoff {
  private:
   int max_;
   int cap_;
+  int max_pause_;
   int misses_ = 0;  // fully rejected drafts in a row
   int pause_ = 0;   // steps left without drafting
 };

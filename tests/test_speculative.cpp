@@ -90,6 +90,16 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   paused = 0;
   while (b.allowed() == 0) b.step_without_draft(), paused++;
   EXPECT_EQ(paused, DraftBackoff::kMaxPause);
+  // A draft model's back-off pauses longer (each resumption costs it a catch-up pass).
+  DraftBackoff model(4, DraftBackoff::kMaxPauseDraftModel);
+  for (int i = 0; i < 12; i++) {
+    model.verified(1, 0);
+    while (model.allowed() == 0) model.step_without_draft();
+  }
+  model.verified(1, 0);
+  paused = 0;
+  while (model.allowed() == 0) model.step_without_draft(), paused++;
+  EXPECT_EQ(paused, DraftBackoff::kMaxPauseDraftModel);
   b.verified(1, 1);  // an acceptance ends the streak
   EXPECT_EQ(b.allowed(), 2);
   b.verified(2, 0);
@@ -623,9 +633,16 @@ TEST(DraftModel, VocabularyMustMatchTokenForToken) {
 struct ReferenceCounts {
   int64_t drafted = 0, accepted = 0;
 };
-ReferenceCounts reference_draft_counts(Model& draft, const Tokens& prompt, const Tokens& out, int draft_max) {
+double weight_bytes(const Model& m) {
+  double b = 0;
+  for (const auto& t : m.gguf().tensors()) b += (double)t.nbytes;
+  return b;
+}
+ReferenceCounts reference_draft_counts(Model& draft, Model& target, const Tokens& prompt, const Tokens& out,
+                                       int draft_max) {
   ReferenceCounts r;
-  DraftBackoff backoff(draft_max);
+  DraftBackoff backoff(draft_max, DraftBackoff::kMaxPauseDraftModel);
+  const double min_rate = draft_model_min_rate(weight_bytes(draft), weight_bytes(target));
   const int n = (int)out.size();
   for (int gen = 1; gen < n;) {
     if (backoff.allowed() == 0) {
@@ -645,7 +662,7 @@ ReferenceCounts reference_draft_counts(Model& draft, const Tokens& prompt, const
     while (a < k && d[(size_t)a] == out[(size_t)(gen + a)]) a++;
     r.drafted += k;
     r.accepted += a;
-    backoff.verified(k, a);
+    backoff.verified(k, a, min_rate);
     gen += a + 1;
   }
   return r;
@@ -673,7 +690,7 @@ TEST(Speculative, DraftModelGreedyEqualsPlainAndDraftsAsAReferenceDoes) {
       EXPECT_GT(twin.stats.n_draft_passes, 0);
       const Generated g = generate(*target, prompt, 40, with_draft_model(dmax), 0, 0, {}, other.get());
       EXPECT_EQ(g.tokens, plain.tokens) << "prompt " << v << " draft-max " << dmax;
-      const ReferenceCounts ref = reference_draft_counts(*other, prompt, plain.tokens, dmax);
+      const ReferenceCounts ref = reference_draft_counts(*other, *target, prompt, plain.tokens, dmax);
       EXPECT_EQ(g.stats.n_drafted, ref.drafted) << "prompt " << v << " draft-max " << dmax;
       EXPECT_EQ(g.stats.n_accepted, ref.accepted) << "prompt " << v << " draft-max " << dmax;
       rejected += g.stats.n_drafted - g.stats.n_accepted;
