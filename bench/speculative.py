@@ -4,12 +4,14 @@ lookup and draft model, and llama.cpp's own lookup and draft-model decoding from
 build, on the same files, prompts and threads, greedy.
 
     python3 bench/speculative.py [--threads 2] [--rounds 3] [--n 128] [--draft-max 4]
-                                 [--pairs bundled,smollm2,qwen] [--tasks rewrite,code,free]
+                                 [--pairs bundled,gemma,smollm2,qwen] [--tasks rewrite,code,free]
                                  [--tandem-flags "--exact-products none"] [--write]
 
 Pairs (target <- draft, the same vocabulary):
   bundled  the bundled SmolLM2-135M-Instruct Q4_1 itself, prompt lookup only (no smaller model of
            its vocabulary exists here to draft for it).
+  gemma    the second bundled model, Gemma 3 270M Q4_K_M (scripts/setup.sh --models all), prompt lookup
+           only, the prompts in its chat turns.
   smollm2  SmolLM2-135M-Instruct F16 <- its Q4_1 (models/). The F16 is the bundled Q4_1
            dequantized by the peer's llama-quantize (the only real SmolLM2 weights here), so the
            two hold the same values: the draft agrees with the target as often as a well
@@ -66,12 +68,17 @@ def chatml(user):
     return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 
 
-TASKS = {
-    "rewrite": chatml(f"Here is a paragraph:\n\n{PARAGRAPH}\n\nRewrite the paragraph exactly, word for word, "
-                      "but replace 'Europe' with 'France'."),
-    "code": chatml(f"Here is a Python function:\n\n{FUNCTION}\nRename the variable `total` to `revenue` everywhere "
-                   "and return the whole function."),
-    "free": chatml("Write a short story about a lighthouse keeper who finds a message in a bottle."),
+def gemma_turns(user):
+    return f"<start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n"
+
+
+# The user's message of each task; each pair wraps it in its model's chat turns.
+USER = {
+    "rewrite": f"Here is a paragraph:\n\n{PARAGRAPH}\n\nRewrite the paragraph exactly, word for word, "
+               "but replace 'Europe' with 'France'.",
+    "code": f"Here is a Python function:\n\n{FUNCTION}\nRename the variable `total` to `revenue` everywhere "
+            "and return the whole function.",
+    "free": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
 
 
@@ -102,6 +109,11 @@ def make_pairs(bin_dir, models_dir, which):
     pairs = []
     if "bundled" in which:
         pairs.append(("SmolLM2-135M-Instruct Q4_1 (bundled)", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"), None))
+    if "gemma" in which:
+        gemma = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+        if not os.path.exists(gemma):
+            sys.exit(f"{gemma} missing: run scripts/setup.sh --models all first")
+        pairs.append(("Gemma 3 270M Q4_K_M (bundled)", gemma, None))
     if "smollm2" in which:
         q41 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
         f16 = os.path.join(models_dir, "smollm2-135m-instruct-from-q4_1-f16.gguf")
@@ -167,7 +179,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median of each cell is reported")
     ap.add_argument("--n", type=int, default=128, help="tokens to generate at most (greedy; stops at end of turn)")
     ap.add_argument("--draft-max", type=int, default=4, help="tokens drafted per step at most, both engines")
-    ap.add_argument("--pairs", default="bundled,smollm2,qwen")
+    ap.add_argument("--pairs", default="bundled,gemma,smollm2,qwen")
     ap.add_argument("--tandem-flags", default="", help="more flags for every tandem run (e.g. \"--exact-products none\")")
     ap.add_argument("--tasks", default="rewrite,code,free")
     ap.add_argument("--no-peer", action="store_true", help="tandem's modes only")
@@ -195,8 +207,9 @@ def main():
                 for mode in order:
                     if draft is None and mode in ("draft", "peer-draft"):
                         continue
-                    run = run_tandem(a, mode, target, draft, TASKS[task]) if mode in TANDEM_MODES else \
-                        run_peer(a, bin_dir, mode, target, draft, TASKS[task])
+                    prompt = (gemma_turns if "Gemma" in label else chatml)(USER[task])
+                    run = run_tandem(a, mode, target, draft, prompt) if mode in TANDEM_MODES else \
+                        run_peer(a, bin_dir, mode, target, draft, prompt)
                     results.setdefault((label, task, mode), []).append(run)
                     print(f"round {rnd + 1} {label} {task} {mode}: {run['tok_s']:.1f} tok/s"
                           + (f", accept {run['accept']:.0f}%" if run["accept"] is not None else ""), file=sys.stderr, flush=True)

@@ -1,11 +1,13 @@
 // Checks on the real default model (SmolLM2-135M-Instruct Q4_1); skipped when it is absent.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
 #include "model/model.h"
 #include "test_paths.h"
@@ -63,6 +65,41 @@ TEST(RealModel, PrefillDecodeAndNoCacheAgreeOn64Tokens) {
   float diff = 0;
   for (int64_t i = 0; i < V; i++) diff = std::max(diff, std::fabs(naive[i] - prefill[63 * V + i]));
   EXPECT_LT(diff, 2e-2f);
+}
+
+// A speculative verify pass (a few tokens, every row's logits) must give decode's logits bit
+// for bit, so greedy speculative output is plain greedy output even at exact ties: with the
+// default numerics of this model (8-bit activations, the f32 output head), the packed kernels,
+// the multi-token head kernel and attention all keep each row's floats.
+TEST(RealModel, VerifySizedPassesEqualDecodeBitForBit) {
+  const std::string path = test::default_model_path();
+  if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
+  CpuBackendOptions o;
+  o.exact_products = {"output", "token_embd"};  // what --exact-products auto picks for SmolLM2
+  ModelOptions mo;
+  mo.backend = std::make_shared<CpuBackend>(o);
+  auto m = Model::load(path, mo);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  Model& model = **m;
+  const int64_t V = model.config().n_vocab;
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 40; i++) toks.push_back((int32_t)((i * 7919 + 11) % V));
+  for (int n : {2, 3, 5, 8}) {
+    const int prefix = 30 - n;
+    test::OneSequence wide(model, 48), step(model, 48);
+    ASSERT_TRUE(wide.prefill(std::span<const int32_t>(toks.data(), (size_t)prefix)).ok());
+    ASSERT_TRUE(step.prefill(std::span<const int32_t>(toks.data(), (size_t)prefix)).ok());
+    auto w = wide.prefill(std::span<const int32_t>(toks.data() + prefix, (size_t)n), true);
+    ASSERT_TRUE(w.ok());
+    const std::vector<float> all(w->begin(), w->end());
+    for (int t = 0; t < n; t++) {
+      auto d = step.decode(toks[(size_t)(prefix + t)]);
+      ASSERT_TRUE(d.ok());
+      for (int64_t i = 0; i < V; i++)
+        ASSERT_EQ(std::bit_cast<uint32_t>((*d)[(size_t)i]), std::bit_cast<uint32_t>(all[(size_t)(t * V + i)]))
+            << n << "-token pass, row " << t << ", logit " << i;
+    }
+  }
 }
 
 // The llama.cpp peer's greedy continuations (tests/data/peer_greedy_smollm2.json, recorded with
