@@ -241,9 +241,10 @@ void print_stats(const GenerationStats& st, const Model& m, const GenerationOpti
     fmt::print(stderr, "speculative    {}: {} drafted, {} accepted ({:.1f}%) in {} verify passes; {} decode passes, {:.2f} tokens each\n",
                speculative_mode_name(o.speculative.params().mode), st.n_drafted, st.n_accepted, 100.0 * st.acceptance_rate(), st.n_verify_steps,
                st.n_decode_steps, st.n_decode_steps ? (double)st.n_decode_tokens / st.n_decode_steps : 0.0);
-  if (st.n_draft_passes)
-    fmt::print(stderr, "draft model    {} passes in {:.2f} ms ({:.1f}% of decode)\n", st.n_draft_passes, st.draft_s * 1e3,
-               st.decode_s > 0 ? 100.0 * st.draft_s / st.decode_s : 0.0);
+  if (st.n_draft_passes || st.n_draft_prefill_passes)
+    fmt::print(stderr, "draft model    {} passes in {:.2f} ms ({:.1f}% of decode); its prompt prefill {:.2f} ms (in TTFT)\n",
+               st.n_draft_passes, st.draft_s * 1e3, st.decode_s > 0 ? 100.0 * st.draft_s / st.decode_s : 0.0,
+               st.draft_prefill_s * 1e3);
   fmt::print(stderr, "generated      {} tokens{}\n", st.n_generated,
              st.stopped_by_eog ? " (stopped at end of generation)" : st.grammar_complete ? " (the grammar's sentence is complete)" : "");
   if (o.constrained)

@@ -120,8 +120,10 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   st.n_verify_steps = sched.stats().verify_steps;
   st.n_masks = sched.stats().masks;
   st.mask_s = sched.stats().mask_s;
-  st.n_draft_passes = sched.stats().draft_passes;
-  st.draft_s = sched.stats().draft_pass_s;
+  st.n_draft_passes = sched.stats().draft_passes - sched.stats().draft_prefill_passes;
+  st.draft_s = sched.stats().draft_pass_s - sched.stats().draft_prefill_s;
+  st.n_draft_prefill_passes = sched.stats().draft_prefill_passes;
+  st.draft_prefill_s = sched.stats().draft_prefill_s;
   if (first && cfg.max_new_tokens == 0) st.prefill_s = sched.stats().pass_s, st.ttft_s = 0;
   return st;
 }

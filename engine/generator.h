@@ -49,8 +49,10 @@ struct GenerationStats {
   int64_t n_drafted = 0;     // speculative decoding: tokens proposed,
   int64_t n_accepted = 0;    //   proposed tokens the model accepted,
   int64_t n_verify_steps = 0;  //   and decode steps that verified a draft
-  int64_t n_draft_passes = 0;  // the draft model's forward passes,
-  double draft_s = 0.0;        //   and their time (part of decode_s)
+  int64_t n_draft_passes = 0;  // the draft model's forward passes in decode steps,
+  double draft_s = 0.0;        //   and their time (part of decode_s);
+  int64_t n_draft_prefill_passes = 0;  // its passes over the prompt, in prefill steps,
+  double draft_prefill_s = 0.0;        //   and their time (part of ttft_s)
   uint64_t kv_bytes = 0;     // bytes of the KV pool (naive mode: its scratch blocks)
   int64_t kv_tokens = 0;     // positions the pool holds
   bool stopped_by_eog = false;   // ended by a stop token (not by max tokens or a complete grammar sentence)

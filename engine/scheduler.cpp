@@ -248,6 +248,7 @@ Status Scheduler::step() {
 
 void Scheduler::draft_prefill(const std::vector<Planned>& plan) {
   Timer timer;
+  const int64_t passes_before = stats_.draft_passes;
   std::vector<Seq*> jobs;
   std::vector<int64_t> upto;  // prompt positions each job's draft K,V should hold
   for (const Planned& p : plan) {
@@ -264,6 +265,8 @@ void Scheduler::draft_prefill(const std::vector<Planned>& plan) {
     trim_draft_blocks(*s, s->draft_computed);
   }
   stats_.draft_pass_s += timer.seconds();
+  stats_.draft_prefill_s += timer.seconds();
+  stats_.draft_prefill_passes += stats_.draft_passes - passes_before;
 }
 
 void Scheduler::drop_cancelled() {

@@ -99,6 +99,10 @@ struct SchedulerStats {
   int64_t drafted_tokens = 0, accepted_tokens = 0, verify_steps = 0;
   int64_t draft_passes = 0;  // the draft model's forward passes (batched across sequences)
   double draft_pass_s = 0;   // time in them (part of the steps' time, not of pass_s)
+  // Of those, the passes over prompts (prefilled beside the target's prefill: time to first
+  // token, not decode) and their time.
+  int64_t draft_prefill_passes = 0;
+  double draft_prefill_s = 0;
   double acceptance_rate() const { return drafted_tokens ? (double)accepted_tokens / (double)drafted_tokens : 0.0; }
   double pass_s = 0;  // time in forward passes, all steps
   // Constrained decoding: full masks computed (the greedy fast path skips them when the
