@@ -69,8 +69,7 @@ struct Scheduler::Seq {
   Sampler draft_sampler;
   Seq(int64_t i, RequestParams p, SeqCallback c, const SpeculativeParams& sp)
       : id(i), params(std::move(p)), cb(std::move(c)), sampler(params.sampling),
-        spec(params.speculative.value_or(sp)), backoff(spec.draft_max, spec.mode == SpeculativeMode::Draft ? DraftBackoff::kMaxPauseDraftModel
-                                                                        : DraftBackoff::kMaxPause),
+        spec(params.speculative.value_or(sp)), backoff(spec.draft_max, spec.mode == SpeculativeMode::Draft),
         draft_sampler(draft_sampling(params.sampling)) {}
   static SamplingParams draft_sampling(SamplingParams sp) {
     sp.seed ^= 0x9E3779B97F4A7C15ull;

@@ -17,21 +17,24 @@ Result<SpeculativeMode> parse_speculative_mode(const std::string& name) {
 
 void DraftBackoff::verified(int drafted, int accepted, double min_rate) {
   if (drafted <= 0) return;
+  const auto paid = [&] { misses_ = draft_model_ ? std::max(0, misses_ - 1) : 0; };
   if (accepted >= drafted) {
     cap_ = std::min(max_, std::max(1, cap_) * 2);
-    misses_ = 0;
+    paid();
     return;
   }
   cap_ = std::min(max_, accepted + 1);
   if (accepted > 0 && (double)accepted >= min_rate * drafted) {
-    misses_ = 0;
+    paid();
     return;
   }
   declined();  // rejected whole: a miss
 }
 
 void DraftBackoff::declined() {
-  if (++misses_ >= 2) pause_ = std::min(max_pause_, 1 << std::min(misses_ - 1, 20));
+  if (++misses_ < 2) return;
+  const int doublings = (misses_ - 1) * (draft_model_ ? 2 : 1);  // a draft model's pause quadruples
+  pause_ = std::min(max_pause_, 1 << std::min(doublings, 20));
 }
 
 }  // namespace tandem

@@ -59,11 +59,17 @@ class DraftBackoff {
   // A missed lookup draft costs only its verify pass's extra width. A draft model's costs its
   // passes and, after a pause, a catch-up pass over every token it has not seen (at small-batch
   // prefill rate): on text it cannot predict (a random Qwen pair's free text) a 32-step cap kept
-  // it catching up on nearly the whole output, 8-11% below plain decode; 128 lets it try rarely.
+  // it catching up on nearly the whole output, 8-11% below plain decode. So a draft model's
+  // back-off (draft_model) is more patient: pauses quadruple up to 128 steps, and a draft that
+  // paid takes one miss off the streak instead of clearing it (one lucky token of a poor draft
+  // model must not restart its short pauses).
   static constexpr int kMaxPause = 32;
   static constexpr int kMaxPauseDraftModel = 128;
-  explicit DraftBackoff(int draft_max = 8, int max_pause = kMaxPause)
-      : max_(draft_max < 0 ? 0 : draft_max), cap_(max_), max_pause_(max_pause) {}
+  explicit DraftBackoff(int draft_max = 8, bool draft_model = false)
+      : max_(draft_max < 0 ? 0 : draft_max),
+        cap_(max_),
+        max_pause_(draft_model ? kMaxPauseDraftModel : kMaxPause),
+        draft_model_(draft_model) {}
 
   // Tokens allowed this step; 0 while paused.
   int allowed() const { return pause_ > 0 ? 0 : cap_; }
@@ -84,6 +90,7 @@ class DraftBackoff {
   int max_;
   int cap_;
   int max_pause_;
+  bool draft_model_;
   int misses_ = 0;  // fully rejected drafts in a row
   int pause_ = 0;   // steps left without drafting
 };

@@ -90,9 +90,25 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   paused = 0;
   while (b.allowed() == 0) b.step_without_draft(), paused++;
   EXPECT_EQ(paused, DraftBackoff::kMaxPause);
-  // A draft model's back-off pauses longer (each resumption costs it a catch-up pass).
-  DraftBackoff model(4, DraftBackoff::kMaxPauseDraftModel);
-  for (int i = 0; i < 12; i++) {
+  // A draft model's back-off is more patient (each resumption costs it a catch-up pass): its
+  // pauses quadruple up to kMaxPauseDraftModel, and a paid draft takes one miss off the streak.
+  DraftBackoff model(4, true);
+  model.verified(4, 0);
+  model.verified(1, 0);  // two misses: a pause of 4
+  paused = 0;
+  while (model.allowed() == 0) model.step_without_draft(), paused++;
+  EXPECT_EQ(paused, 4);
+  model.verified(1, 0);  // three: 16
+  paused = 0;
+  while (model.allowed() == 0) model.step_without_draft(), paused++;
+  EXPECT_EQ(paused, 16);
+  model.verified(1, 1);  // one lucky token: the streak drops to two, no pause now
+  EXPECT_EQ(model.allowed(), 2);
+  model.verified(2, 0);  // three again: 16, not 4
+  paused = 0;
+  while (model.allowed() == 0) model.step_without_draft(), paused++;
+  EXPECT_EQ(paused, 16);
+  for (int i = 0; i < 6; i++) {
     model.verified(1, 0);
     while (model.allowed() == 0) model.step_without_draft();
   }
@@ -641,7 +657,7 @@ double weight_bytes(const Model& m) {
 ReferenceCounts reference_draft_counts(Model& draft, Model& target, const Tokens& prompt, const Tokens& out,
                                        int draft_max) {
   ReferenceCounts r;
-  DraftBackoff backoff(draft_max, DraftBackoff::kMaxPauseDraftModel);
+  DraftBackoff backoff(draft_max, true);
   const double min_rate = draft_model_min_rate(weight_bytes(draft), weight_bytes(target));
   const int n = (int)out.size();
   for (int gen = 1; gen < n;) {
