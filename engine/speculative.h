@@ -60,9 +60,10 @@ class DraftBackoff {
   // passes and, after a pause, a catch-up pass over every token it has not seen (at small-batch
   // prefill rate): on text it cannot predict (a random Qwen pair's free text) a 32-step cap kept
   // it catching up on nearly the whole output, 8-11% below plain decode. So a draft model's
-  // back-off (draft_model) is more patient: pauses quadruple up to 128 steps, and a draft that
-  // paid takes one miss off the streak instead of clearing it (one lucky token of a poor draft
-  // model must not restart its short pauses).
+  // back-off (draft_model) is more patient: pauses quadruple up to 128 steps, a draft that
+  // paid takes one miss off the streak instead of clearing it, and none counts as paid while
+  // the sequence's acceptance rate so far is below the paying rate (one lucky token of a poor
+  // draft model must not restart its short pauses).
   static constexpr int kMaxPause = 32;
   static constexpr int kMaxPauseDraftModel = 128;
   explicit DraftBackoff(int draft_max = 8, bool draft_model = false)
@@ -91,6 +92,10 @@ class DraftBackoff {
   int cap_;
   int max_pause_;
   bool draft_model_;
+  // A draft model's drafted and accepted tokens so far: once it has drafted kRateMinDrafted,
+  // a draft counts as paid only while the whole rate pays too.
+  static constexpr int64_t kRateMinDrafted = 8;
+  int64_t drafted_ = 0, accepted_ = 0;
   int misses_ = 0;  // fully rejected drafts in a row
   int pause_ = 0;   // steps left without drafting
 };

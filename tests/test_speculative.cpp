@@ -108,6 +108,19 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   paused = 0;
   while (model.allowed() == 0) model.step_without_draft(), paused++;
   EXPECT_EQ(paused, 16);
+  // Past 8 drafted tokens a draft pays only while the rate so far pays too.
+  DraftBackoff poor(4, true), good(4, true);
+  poor.verified(4, 0);
+  poor.verified(4, 0);          // 8 drafted, none accepted: a pause of 4
+  while (poor.allowed() == 0) poor.step_without_draft();
+  poor.verified(2, 1, 0.5);     // this draft pays (1 of 2), the rate (1 of 10) does not: a miss
+  paused = 0;
+  while (poor.allowed() == 0) poor.step_without_draft(), paused++;
+  EXPECT_EQ(paused, 16);
+  good.verified(4, 4);
+  good.verified(4, 4);
+  good.verified(2, 1, 0.5);     // 9 of 10 so far: paid
+  EXPECT_EQ(good.allowed(), 2);
   for (int i = 0; i < 6; i++) {
     model.verified(1, 0);
     while (model.allowed() == 0) model.step_without_draft();
