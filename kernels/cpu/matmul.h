@@ -49,8 +49,10 @@ struct Projection {
 
 // out = X W^T for every projection in the group, X: [n_tokens, cols] shared by all of them
 // (same cols). One parallel pass: the input is quantized once, threads split the weights'
-// row tiles, and each tile meets every token while it is in cache. With few tokens rows use
-// the fused dequant-dot; with many, float-path rows are decoded to float once per tile.
+// row tiles, and each tile meets every token while it is in cache. Float-path rows with a
+// multi-token kernel (dot_tokens) use it for 2+ tokens (decode's floats); others use the fused
+// dequant-dot with few tokens and, with many, are decoded to float once per tile. Passes of up
+// to kStreamMaxTokens tokens share the tiles out as decode does.
 // Called inside a parallel region, it shares the work out among that region's team, so every
 // thread of the team must call it (decode's one-team pass does); outside one it starts a region.
 void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k);
