@@ -263,8 +263,9 @@ void Scheduler::draft_prefill(const std::vector<Planned>& plan) {
     if (!st.ok()) s->draft_computed = 0;  // recomputed by a later catch-up
     trim_draft_blocks(*s, s->draft_computed);
   }
-  stats_.draft_pass_s += timer.seconds();
-  stats_.draft_prefill_s += timer.seconds();
+  const double seconds = timer.seconds();
+  stats_.draft_pass_s += seconds;
+  stats_.draft_prefill_s += seconds;
   stats_.draft_prefill_passes += stats_.draft_passes - passes_before;
 }
 

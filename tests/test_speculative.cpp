@@ -61,6 +61,21 @@ TEST(LookupDraft, NothingWithoutARecurrenceOrRoom) {
 
 // ---- back-off ----
 
+// Steps a paused back-off waits before it allows a draft again (0 when not paused).
+int serve_pause(DraftBackoff& b) {
+  int paused = 0;
+  while (b.allowed() == 0 && paused < 1000) b.step_without_draft(), paused++;
+  return paused;
+}
+
+// Misses until the pause has grown to its cap, each pause served.
+void miss_to_the_cap(DraftBackoff& b, int misses) {
+  for (int i = 0; i < misses; i++) {
+    b.verified(1, 0);
+    serve_pause(b);
+  }
+}
+
 TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   DraftBackoff b(8);
   EXPECT_EQ(b.allowed(), 8);
@@ -79,56 +94,10 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   b.step_without_draft();
   EXPECT_EQ(b.allowed(), 1);
   b.verified(1, 0);  // a third miss: a pause of 4
-  int paused = 0;
-  while (b.allowed() == 0 && paused < 100) b.step_without_draft(), paused++;
-  EXPECT_EQ(paused, 4);
-  for (int i = 0; i < 10; i++) {
-    b.verified(1, 0);
-    while (b.allowed() == 0) b.step_without_draft();
-  }
+  EXPECT_EQ(serve_pause(b), 4);
+  miss_to_the_cap(b, 10);
   b.verified(1, 0);
-  paused = 0;
-  while (b.allowed() == 0) b.step_without_draft(), paused++;
-  EXPECT_EQ(paused, DraftBackoff::kMaxPause);
-  // A draft model's back-off is more patient (each resumption costs it a catch-up pass): its
-  // pauses quadruple up to kMaxPauseDraftModel, and a paid draft takes one miss off the streak.
-  DraftBackoff model(4, true);
-  model.verified(4, 0);
-  model.verified(1, 0);  // two misses: a pause of 4
-  paused = 0;
-  while (model.allowed() == 0) model.step_without_draft(), paused++;
-  EXPECT_EQ(paused, 4);
-  model.verified(1, 0);  // three: 16
-  paused = 0;
-  while (model.allowed() == 0) model.step_without_draft(), paused++;
-  EXPECT_EQ(paused, 16);
-  model.verified(1, 1);  // one lucky token: the streak drops to two, no pause now
-  EXPECT_EQ(model.allowed(), 2);
-  model.verified(2, 0);  // three again: 16, not 4
-  paused = 0;
-  while (model.allowed() == 0) model.step_without_draft(), paused++;
-  EXPECT_EQ(paused, 16);
-  // Past 8 drafted tokens a draft pays only while the rate so far pays too.
-  DraftBackoff poor(4, true), good(4, true);
-  poor.verified(4, 0);
-  poor.verified(4, 0);          // 8 drafted, none accepted: a pause of 4
-  while (poor.allowed() == 0) poor.step_without_draft();
-  poor.verified(2, 1, 0.5);     // this draft pays (1 of 2), the rate (1 of 10) does not: a miss
-  paused = 0;
-  while (poor.allowed() == 0) poor.step_without_draft(), paused++;
-  EXPECT_EQ(paused, 16);
-  good.verified(4, 4);
-  good.verified(4, 4);
-  good.verified(2, 1, 0.5);     // 9 of 10 so far: paid
-  EXPECT_EQ(good.allowed(), 2);
-  for (int i = 0; i < 6; i++) {
-    model.verified(1, 0);
-    while (model.allowed() == 0) model.step_without_draft();
-  }
-  model.verified(1, 0);
-  paused = 0;
-  while (model.allowed() == 0) model.step_without_draft(), paused++;
-  EXPECT_EQ(paused, DraftBackoff::kMaxPauseDraftModel);
+  EXPECT_EQ(serve_pause(b), DraftBackoff::kMaxPause);
   b.verified(1, 1);  // an acceptance ends the streak
   EXPECT_EQ(b.allowed(), 2);
   b.verified(2, 0);
@@ -151,6 +120,36 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
   EXPECT_EQ(c.allowed(), 2);
   c.verified(2, 0, 0.4);  // the second miss in a row
   EXPECT_EQ(c.allowed(), 0);
+}
+
+// A draft model's back-off is more patient (each resumption costs it a catch-up pass): its
+// pauses quadruple up to kMaxPauseDraftModel, a paid draft takes one miss off the streak, and
+// past 8 drafted tokens a draft pays only while the rate so far pays too.
+TEST(DraftBackoff, DraftModelFlavourIsMorePatient) {
+  DraftBackoff model(4, true);
+  model.verified(4, 0);
+  model.verified(1, 0);  // two misses: a pause of 4
+  EXPECT_EQ(serve_pause(model), 4);
+  model.verified(1, 0);  // three: 16
+  EXPECT_EQ(serve_pause(model), 16);
+  model.verified(1, 1);  // one lucky token: the streak drops to two, no pause now
+  EXPECT_EQ(model.allowed(), 2);
+  model.verified(2, 0);  // three again: 16, not 4
+  EXPECT_EQ(serve_pause(model), 16);
+  miss_to_the_cap(model, 6);
+  model.verified(1, 0);
+  EXPECT_EQ(serve_pause(model), DraftBackoff::kMaxPauseDraftModel);
+
+  DraftBackoff poor(4, true), good(4, true);
+  poor.verified(4, 0);
+  poor.verified(4, 0);       // 8 drafted, none accepted: a pause of 4
+  serve_pause(poor);
+  poor.verified(2, 1, 0.5);  // this draft pays (1 of 2), the rate (1 of 10) does not: a miss
+  EXPECT_EQ(serve_pause(poor), 16);
+  good.verified(4, 4);
+  good.verified(4, 4);
+  good.verified(2, 1, 0.5);  // 9 of 10 so far: paid
+  EXPECT_EQ(good.allowed(), 2);
 }
 
 TEST(SpeculativeMode, ParsesNames) {

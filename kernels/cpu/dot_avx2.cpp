@@ -73,24 +73,9 @@ float dot_bf16_row(const void* row, const float* x, int64_t n) {
   return s;
 }
 
-float dot_q8_0_row(const void* row, const float* x, int64_t n) {
-  const auto* b = static_cast<const BlockQ8_0*>(row);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16));
-    __m256 s = _mm256_mul_ps(i8x8_to_ps(lo), _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(i8x8_to_ps(hi), _mm256_loadu_ps(x + 16), s);
-    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].d)), s, acc);
-  }
-  return hsum(acc);
-}
-
-// dot_q8_0_row against up to eight tokens at once: each block's weights are widened once for
-// all of them, and each token's sum takes exactly dot_q8_0_row's steps in its order, so every
-// result is that kernel's float (a verify pass's logits equal decode's bit for bit).
+// A Q8_0 row against NT tokens (up to eight): each block's weights are widened once for all
+// of them, and every token's sum takes the same steps in the same order, so decode's one-token
+// dot (NT = 1) and a verify pass's logits are the same floats bit for bit.
 template <int NT>
 void q8_0_tokens(const BlockQ8_0* b, const float* x, int64_t x_stride, int64_t n, float* out, int64_t out_stride) {
   __m256 acc[NT];
@@ -111,6 +96,12 @@ void q8_0_tokens(const BlockQ8_0* b, const float* x, int64_t x_stride, int64_t n
     }
   }
   for (int t = 0; t < NT; t++) out[t * out_stride] = hsum(acc[t]);
+}
+
+float dot_q8_0_row(const void* row, const float* x, int64_t n) {
+  float out;
+  q8_0_tokens<1>(static_cast<const BlockQ8_0*>(row), x, 0, n, &out, 0);
+  return out;
 }
 
 void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_tokens, int64_t n, float* out,
