@@ -37,6 +37,10 @@ static float row_dot_scalar_t(const void* row, const float* x, int64_t n) {
 }
 
 RowDotFn row_dot_kernel(DType type, Isa isa) {
+  // A level's row dot and tokens kernel come from the same file, so their sums agree.
+  if (isa == Isa::Avx512) {
+    if (RowDotFn f = row_dot_kernel_avx512(type)) return f;
+  }
   if (has_avx2(isa)) {
     if (RowDotFn f = row_dot_kernel_avx2(type)) return f;
   }
@@ -57,6 +61,9 @@ RowDotFn row_dot_kernel(DType type, Isa isa) {
 }
 
 RowDotTokensFn row_dot_tokens_kernel(DType type, Isa isa) {
+  if (isa == Isa::Avx512) {
+    if (RowDotTokensFn f = row_dot_tokens_kernel_avx512(type)) return f;
+  }
   return has_avx2(isa) ? row_dot_tokens_kernel_avx2(type) : nullptr;
 }
 

@@ -22,9 +22,9 @@ RowDotFn row_dot_kernel(DType type, Isa isa);
 // weights are widened once per block for several tokens, and every sum is the float the
 // type's RowDotFn gives at this ISA level, so a pass of many tokens (a speculative verify
 // pass, all-position logits) matches decode's one-token pass bit for bit. nullptr where
-// tandem has none (Q8_0 so far, the exact output head of small models; AVX-512 levels use the
-// AVX2 kernel, whose 8-lane sums they must reproduce: two tokens per 16-lane vector, loaded
-// with inserts, measured slower).
+// tandem has none (Q8_0 so far, the exact output head of small models). The AVX-512 level has
+// a row dot and a tokens kernel of its own (16-lane sums, other floats than AVX2's), always
+// chosen together.
 using RowDotTokensFn = void (*)(const void* row, const float* x, int64_t x_stride, int n_tokens, int64_t n,
                                 float* out, int64_t out_stride);
 RowDotTokensFn row_dot_tokens_kernel(DType type, Isa isa);
@@ -73,6 +73,8 @@ void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_s
 // AVX-512 (dot_avx512.cpp); only call when best_isa() is Avx512.
 void quantize_q8_0_avx512(const float* x, void* out, int64_t n);
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out);
+RowDotFn row_dot_kernel_avx512(DType type);
+RowDotTokensFn row_dot_tokens_kernel_avx512(DType type);
 
 }  // namespace tandem::cpu
 

@@ -1,5 +1,6 @@
-// AVX-512 float kernels (compiled with -mavx512f): the prefill register tile at 16 lanes, and
-// the q8_0 KV row quantizer (the AVX2 one's steps, two vectors a block).
+// AVX-512 float kernels (compiled with -mavx512f): the prefill register tile at 16 lanes, the
+// q8_0 KV row quantizer (the AVX2 one's steps, two vectors a block), and the Q8_0 row dot with
+// float activations for one or several tokens (the exact output head of small models).
 #include "kernels/cpu/dot.h"
 
 #if defined(__AVX512F__)
@@ -44,6 +45,72 @@ void quantize_q8_0_avx512(const float* x, void* out, int64_t n) {
   }
 }
 
+namespace {
+
+// A Q8_0 row against NT tokens (up to eight) at 16 lanes: each block's 32 weights widen into two
+// vectors once for all the tokens, and every token's sum takes the same steps in the same
+// order whatever NT is, so decode's one-token dot (NT = 1) and a verify pass's logits are the
+// same floats bit for bit. Per block and token: a multiply, a multiply-add and the scale's
+// multiply-add (the AVX2 kernel needs five at 8 lanes). Blocks alternate between two
+// accumulators so a lone token (decode) is not held to one multiply-add chain's latency.
+// One block's step for NT tokens into acc: the weights are scaled once for all the tokens,
+// so each token's step is two multiply-adds.
+template <int NT>
+inline void q8_0_block(const BlockQ8_0& blk, const float* x, int64_t x_stride, __m512* acc) {
+  const __m512 d = _mm512_set1_ps(_cvtsh_ss(blk.d));
+  const __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)))));
+  const __m512 w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + 16)))));
+  for (int t = 0; t < NT; t++) {
+    const float* xt = x + t * x_stride;
+    acc[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt + 16), _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), acc[t]));
+  }
+}
+
+template <int NT>
+void q8_0_tokens(const BlockQ8_0* b, const float* x, int64_t x_stride, int64_t n, float* out, int64_t out_stride) {
+  __m512 even[NT], odd[NT];
+  for (int t = 0; t < NT; t++) even[t] = odd[t] = _mm512_setzero_ps();
+  const int64_t blocks = n / kQK;
+  int64_t i = 0;
+  for (; i + 2 <= blocks; i += 2) {
+    q8_0_block<NT>(b[i], x + i * kQK, x_stride, even);
+    q8_0_block<NT>(b[i + 1], x + (i + 1) * kQK, x_stride, odd);
+  }
+  if (i < blocks) q8_0_block<NT>(b[i], x + i * kQK, x_stride, even);
+  for (int t = 0; t < NT; t++) out[t * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(even[t], odd[t]));
+}
+
+float dot_q8_0_row(const void* row, const float* x, int64_t n) {
+  float out;
+  q8_0_tokens<1>(static_cast<const BlockQ8_0*>(row), x, 0, n, &out, 0);
+  return out;
+}
+
+void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_tokens, int64_t n, float* out,
+                     int64_t out_stride) {
+  constexpr int kTokens = 8;  // 16 accumulators, two weight vectors, the scale and a sum: 20 of 32 registers
+  const auto* b = static_cast<const BlockQ8_0*>(row);
+  for (int t = 0; t < n_tokens; t += kTokens) {
+    const float* xt = x + t * x_stride;
+    float* ot = out + t * out_stride;
+    switch (n_tokens - t) {
+      case 1: q8_0_tokens<1>(b, xt, x_stride, n, ot, out_stride); break;
+      case 2: q8_0_tokens<2>(b, xt, x_stride, n, ot, out_stride); break;
+      case 3: q8_0_tokens<3>(b, xt, x_stride, n, ot, out_stride); break;
+      case 4: q8_0_tokens<4>(b, xt, x_stride, n, ot, out_stride); break;
+      case 5: q8_0_tokens<5>(b, xt, x_stride, n, ot, out_stride); break;
+      case 6: q8_0_tokens<6>(b, xt, x_stride, n, ot, out_stride); break;
+      case 7: q8_0_tokens<7>(b, xt, x_stride, n, ot, out_stride); break;
+      default: q8_0_tokens<kTokens>(b, xt, x_stride, n, ot, out_stride); break;
+    }
+  }
+}
+
+}  // namespace
+
+RowDotFn row_dot_kernel_avx512(DType type) { return type == DType::Q8_0 ? dot_q8_0_row : nullptr; }
+RowDotTokensFn row_dot_tokens_kernel_avx512(DType type) { return type == DType::Q8_0 ? dot_q8_0_tokens : nullptr; }
+
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   __m512 acc[2][4];
   for (auto& row : acc)
@@ -75,6 +142,8 @@ void f32_tile_avx512(const float* a, int64_t as, const float* b, int64_t bs, int
   f32_tile_scalar(a, as, b, bs, n, out);
 }
 void quantize_q8_0_avx512(const float* x, void* out, int64_t n) { quantize_q8_0_scalar(x, out, n); }
+RowDotFn row_dot_kernel_avx512(DType) { return nullptr; }
+RowDotTokensFn row_dot_tokens_kernel_avx512(DType) { return nullptr; }
 }  // namespace tandem::cpu
 
 #endif
