@@ -17,14 +17,12 @@ Result<SpeculativeMode> parse_speculative_mode(const std::string& name) {
 
 void DraftBackoff::verified(int drafted, int accepted, double min_rate) {
   if (drafted <= 0) return;
-  drafted_ += drafted;
-  accepted_ += accepted;
   cap_ = accepted >= drafted ? std::min(max_, std::max(1, cap_) * 2) : std::min(max_, accepted + 1);
   const bool paid = accepted >= drafted || (accepted > 0 && (double)accepted >= min_rate * drafted);
-  // A draft model whose drafts, all told, are accepted below the rate that pays for them is
-  // not paying even when one draft does (a lucky token of a poor draft model).
-  const bool paying = !draft_model_ || drafted_ < kRateMinDrafted || (double)accepted_ >= min_rate * drafted_;
-  if (paid && paying) {
+  ledger_ = kLedgerDecay * ledger_ + (double)accepted - min_rate * drafted;
+  // A draft model whose recent drafts, on balance, are accepted below the rate that pays for
+  // them is not paying even when this one does (a lucky token of a poor draft model).
+  if (paid && (!draft_model_ || ledger_ >= 0.0)) {
     misses_ = draft_model_ ? std::max(0, misses_ - 1) : 0;
     return;
   }

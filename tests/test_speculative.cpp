@@ -124,7 +124,8 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
 
 // A draft model's back-off is more patient (each resumption costs it a catch-up pass): its
 // pauses quadruple up to kMaxPauseDraftModel, a paid draft takes one miss off the streak, and
-// past 8 drafted tokens a draft pays only while the rate so far pays too.
+// a draft pays only while the ledger of recent drafts (accepted less min_rate per drafted
+// token, older drafts weighing a quarter as much) pays too.
 TEST(DraftBackoff, DraftModelFlavourIsMorePatient) {
   DraftBackoff model(4, true);
   model.verified(4, 0);
@@ -141,15 +142,21 @@ TEST(DraftBackoff, DraftModelFlavourIsMorePatient) {
   EXPECT_EQ(serve_pause(model), DraftBackoff::kMaxPauseDraftModel);
 
   DraftBackoff poor(4, true), good(4, true);
-  poor.verified(4, 0);
-  poor.verified(4, 0);       // 8 drafted, none accepted: a pause of 4
-  serve_pause(poor);
-  poor.verified(2, 1, 0.5);  // this draft pays (1 of 2), the rate (1 of 10) does not: a miss
+  poor.verified(4, 0, 0.5);  // ledger -2
+  poor.verified(4, 0, 0.5);  // -0.5 - 2: two misses, a pause of 4
+  EXPECT_EQ(serve_pause(poor), 4);
+  poor.verified(2, 1, 0.5);  // this draft pays (1 of 2), the ledger (-0.625) does not: a miss
   EXPECT_EQ(serve_pause(poor), 16);
-  good.verified(4, 4);
-  good.verified(4, 4);
-  good.verified(2, 1, 0.5);  // 9 of 10 so far: paid
+  good.verified(4, 4, 0.5);
+  good.verified(4, 4, 0.5);
+  good.verified(2, 1, 0.5);  // the ledger stays at +0.625: paid
   EXPECT_EQ(good.allowed(), 2);
+  // The poor one starts agreeing: one whole draft outweighs the ledger's past (a rate kept
+  // since the start, 3 of 12, would have paused it for 64 steps).
+  poor.verified(2, 2, 0.5);  // -0.16 + 1
+  EXPECT_EQ(poor.allowed(), 4);
+  poor.verified(4, 3, 0.5);
+  EXPECT_EQ(poor.allowed(), 4);
 }
 
 TEST(SpeculativeMode, ParsesNames) {
