@@ -134,8 +134,9 @@ Command add_bench_command(CLI::App& app) {
       if (!r.ok()) return fail(r.error().message);
       spec = r.value();
     }
-    uint64_t file_bytes = 0, params = 0;
-    for (const auto& t : model.gguf().tensors()) file_bytes += t.nbytes, params += t.n_elements();
+    const uint64_t file_bytes = model.gguf().tensor_bytes();
+    uint64_t params = 0;
+    for (const auto& t : model.gguf().tensors()) params += t.n_elements();
     const std::string name = c.name.empty() ? c.arch : c.name;
     if (a->json) {
       nlohmann::ordered_json j = {{"model", name},

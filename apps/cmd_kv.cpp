@@ -48,7 +48,7 @@ Command add_kv_command(CLI::App& app) {
       in.n_kv_head = c->n_kv_head;
       in.head_dim = c->head_dim;
       in.ctx = c->n_ctx_train > 0 ? c->n_ctx_train : 4096;
-      for (const auto& t : f.value()->tensors()) in.weights_bytes += t.nbytes;
+      in.weights_bytes = f.value()->tensor_bytes();
       what = c->name.empty() ? a->model : c->name;
       if (c->spec.max_window() > 0)
         for (const LayerSpec& l : c->spec.layers) windows.push_back(l.window);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json_brackets.h"
+
 namespace tandem {
 
 namespace {
@@ -25,30 +27,9 @@ bool starts_with(std::string_view s, size_t i, std::string_view prefix) { return
 // *end is the bracket past the limit.
 enum class JsonEnd { Complete, Incomplete, TooDeep };
 JsonEnd json_value_end(std::string_view s, size_t i, size_t* end) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t k = i; k < s.size(); k++) {
-    const char c = s[k];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxCallDepth) {
-        *end = k;
-        return JsonEnd::TooDeep;
-      }
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) {
-        *end = k + 1;
-        return JsonEnd::Complete;
-      }
-    }
-  }
+  const JsonBrackets b = scan_json_brackets(s, i, kMaxCallDepth, true);
+  if (b.too_deep != std::string::npos) return *end = b.too_deep, JsonEnd::TooDeep;
+  if (b.end != std::string::npos) return *end = b.end, JsonEnd::Complete;
   return JsonEnd::Incomplete;
 }
 

@@ -7,6 +7,27 @@
 
 namespace tandem {
 
+namespace {
+
+// Inverse-CDF draw: the id of the first item whose running sum of weight(item) passes u (a
+// uniform draw scaled to the weights' total); items weighing nothing are skipped, and when
+// rounding leaves u past the whole sum the last weighted item wins. -1 if none weighs anything.
+template <class Items, class Weight>
+int32_t draw(const Items& items, double u, Weight weight) {
+  double cum = 0.0;
+  int32_t last = -1;
+  for (const auto& c : items) {
+    const double w = weight(c);
+    if (!(w > 0.0)) continue;
+    cum += w;
+    last = c.id;
+    if (u < cum) break;
+  }
+  return last;
+}
+
+}  // namespace
+
 int32_t Sampler::argmax(std::span<const float> logits) {
   // First maximum wins, so ties resolve to the lowest id, as in llama.cpp.
   return (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -100,14 +121,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (allowed.empty() && plain_greedy()) return argmax(logits);
   build_distribution(logits, history, allowed);
   if (p_.temperature <= 0.0f) return cand_[0].id;  // greedy draws nothing
-  // Inverse-CDF draw.
-  const double u = uniform();
-  double cum = 0.0;
-  for (const auto& c : cand_) {
-    cum += c.p;
-    if (u < cum) return c.id;
-  }
-  return cand_.back().id;
+  const int32_t t = draw(cand_, uniform(), [](const Candidate& c) { return (double)c.p; });
+  return t >= 0 ? t : cand_[0].id;
 }
 
 Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
@@ -122,16 +137,7 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const 
   for (const auto& c : cand_) (c.id == draft ? p_draft : rest) += c.p;
   if (uniform() < p_draft || rest <= 0.0) return {draft, true};
   // Rejected: draw from the distribution without the draft, renormalized by its mass `rest`.
-  const double u = uniform() * rest;
-  double cum = 0.0;
-  int32_t last = -1;
-  for (const auto& c : cand_) {
-    if (c.id == draft) continue;
-    cum += c.p;
-    last = c.id;
-    if (u < cum) return {c.id, false};
-  }
-  return {last, false};
+  return {draw(cand_, uniform() * rest, [&](const Candidate& c) { return c.id == draft ? 0.0 : (double)c.p; }), false};
 }
 
 int32_t Sampler::propose(std::span<const float> logits, std::span<const int32_t> history, std::vector<TokenProb>& q) {
@@ -144,13 +150,8 @@ int32_t Sampler::propose(std::span<const float> logits, std::span<const int32_t>
   for (const auto& c : cand_)
     if (c.p > 0) q.push_back({c.id, c.p});
   if (p_.temperature <= 0.0f) return cand_[0].id;
-  const double u = uniform();
-  double cum = 0.0;
-  for (const auto& c : q) {
-    cum += c.p;
-    if (u < cum) return c.id;
-  }
-  return q.back().id;
+  const int32_t t = draw(q, uniform(), [](const TokenProb& c) { return (double)c.p; });
+  return t >= 0 ? t : cand_[0].id;
 }
 
 Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
@@ -173,17 +174,10 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, std::span<const 
     double mass = 0.0;
     for (const auto& c : cand_) mass += std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]);
     v.accepted = false;
-    const double u = uniform();
-    double cum = 0.0;
-    v.token = -1;
-    for (const auto& c : cand_) {
-      // A residual lost to rounding (p and q equal but for float error) falls back to p.
-      const double r = mass > 1e-12 ? std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]) / mass : (double)c.p;
-      if (r <= 0) continue;
-      cum += r;
-      v.token = c.id;
-      if (u < cum) break;
-    }
+    // A residual lost to rounding (p and q equal but for float error) falls back to p.
+    v.token = draw(cand_, uniform(), [&](const Candidate& c) {
+      return mass > 1e-12 ? std::max(0.0, (double)c.p - q_dense_[(size_t)c.id]) / mass : (double)c.p;
+    });
     if (v.token < 0) v.token = cand_[0].id;
   }
   for (const TokenProb& t : q)

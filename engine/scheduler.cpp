@@ -77,18 +77,9 @@ struct Scheduler::Seq {
   }
 };
 
-namespace {
-
-double weight_bytes(const Model& m) {
-  double b = 0;
-  for (const auto& t : m.gguf().tensors()) b += (double)t.nbytes;
-  return b;
-}
-
-}  // namespace
-
 Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {
-  if (opts_.draft_model) draft_cost_ = draft_model_min_rate(weight_bytes(*opts_.draft_model.model), weight_bytes(model_));
+  if (opts_.draft_model) draft_cost_ = draft_model_min_rate((double)opts_.draft_model.model->gguf().tensor_bytes(),
+                                                         (double)model_.gguf().tensor_bytes());
 }
 Scheduler::~Scheduler() {
   for (auto& s : running_) release_blocks(*s);

@@ -241,6 +241,7 @@ Status GgufFile::parse() {
         fail(fmt::format("{}: row length {} is not a multiple of the {} block size {}", what, t.dims[0], t.type.name,
                          t.type.block_elems));
       t.nbytes = n_el / t.type.block_elems * t.type.block_bytes;
+      tensor_bytes_ += t.nbytes;
       t.offset = c.read<uint64_t>(what + " offset");
       if (t.offset % alignment_ != 0)
         fail(fmt::format("{}: data offset {} is not a multiple of the alignment {}", what, t.offset, alignment_));

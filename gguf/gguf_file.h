@@ -50,6 +50,8 @@ class GgufFile {
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return kv_; }
   const GgufValue* find(std::string_view key) const;
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  // The weights' bytes: every tensor's data, summed (what decode reads per token, all told).
+  uint64_t tensor_bytes() const { return tensor_bytes_; }
   const GgufTensor* find_tensor(std::string_view name) const;
 
   // Drops the resident pages of [p, p + n) of a mapped file (whole pages inside the range):
@@ -78,6 +80,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
+  uint64_t tensor_bytes_ = 0;
   std::map<std::string, GgufValue, std::less<>> kv_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;

@@ -2,28 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "core/json_brackets.h"
+
 namespace tandem::server {
 
-int json_nesting_depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > deepest && (deepest = depth) > limit) return deepest;
-    } else if (c == ']' || c == '}') {
-      depth--;  // unbalanced input is the parser's to reject
-    }
-  }
-  return deepest;
-}
+int json_nesting_depth(std::string_view text, int limit) { return scan_json_brackets(text, 0, limit, false).deepest; }
 
 Result<ojson> parse_json_body(std::string_view body, int max_depth) {
   if (json_nesting_depth(body, max_depth) > max_depth)

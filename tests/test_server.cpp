@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "chat/chat_template.h"
+#include "core/json_brackets.h"
 #include "engine/draft_model.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
@@ -109,6 +110,25 @@ TEST(OpenAiRequest, TopLogprobs) {
   EXPECT_FALSE(parse_request(json{{"messages", msgs}, {"logprobs", true}, {"top_logprobs", 21}}, true, 1, &bad).ok());
   EXPECT_EQ(bad, "top_logprobs");
   EXPECT_FALSE(parse_request(json{{"messages", msgs}, {"top_logprobs", 2}}, true, 1, &bad).ok());  // needs logprobs
+}
+
+// The bracket scan both the request bound and tool-call parsing stand on.
+TEST(JsonBrackets, FindsTheCloseAndStopsPastTheLimit) {
+  const std::string text = R"(x {"a":["]}",{"b":[]}],"c":"\"}"} tail)";  // brackets in strings, an escaped quote
+  const JsonBrackets whole = scan_json_brackets(text, 2, 64, true);
+  EXPECT_EQ(whole.deepest, 4);
+  EXPECT_EQ(text.substr(2, whole.end - 2), R"({"a":["]}",{"b":[]}],"c":"\"}"})");
+  EXPECT_EQ(whole.too_deep, std::string::npos);
+  const JsonBrackets open = scan_json_brackets(R"({"a":[1,2)", 0, 64, true);  // not closed yet
+  EXPECT_EQ(open.end, std::string::npos);
+  EXPECT_EQ(open.deepest, 2);
+  const JsonBrackets deep = scan_json_brackets("[[[[]]]]", 0, 2, true);
+  EXPECT_EQ(deep.too_deep, 2u);
+  EXPECT_EQ(deep.deepest, 3);
+  EXPECT_EQ(deep.end, std::string::npos);
+  // Without stop_at_close the scan runs on over later values and stray closing brackets.
+  EXPECT_EQ(scan_json_brackets("[] [[[ ]]] ]", 0, 64, false).deepest, 3);
+  EXPECT_EQ(scan_json_brackets("[] [[[ ]]] ]", 0, 64, true).end, 2u);
 }
 
 TEST(OpenAiJson, NestingDepthIsBoundedBeforeParsing) {

@@ -668,16 +668,11 @@ TEST(DraftModel, VocabularyMustMatchTokenForToken) {
 struct ReferenceCounts {
   int64_t drafted = 0, accepted = 0;
 };
-double weight_bytes(const Model& m) {
-  double b = 0;
-  for (const auto& t : m.gguf().tensors()) b += (double)t.nbytes;
-  return b;
-}
 ReferenceCounts reference_draft_counts(Model& draft, Model& target, const Tokens& prompt, const Tokens& out,
                                        int draft_max) {
   ReferenceCounts r;
   DraftBackoff backoff(draft_max, true);
-  const double min_rate = draft_model_min_rate(weight_bytes(draft), weight_bytes(target));
+  const double min_rate = draft_model_min_rate((double)draft.gguf().tensor_bytes(), (double)target.gguf().tensor_bytes());
   const int n = (int)out.size();
   for (int gen = 1; gen < n;) {
     if (backoff.allowed() == 0) {
