@@ -143,8 +143,9 @@ def run_tandem(a, mode, target, draft, prompt):
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed: {r.stderr.strip()[-400:]}")
     m = re.search(r"decode\s+(\d+) tokens in ([\d.]+) ms = ([\d.]+) tok/s", r.stderr)
     acc = re.search(r"speculative .*?\(([\d.]+)%\)", r.stderr)
+    per_pass = re.search(r"decode passes, ([\d.]+) tokens each", r.stderr)
     return {"tok_s": float(m.group(3)), "tokens": int(m.group(1)), "accept": float(acc.group(1)) if acc else None,
-            "text": r.stdout}
+            "per_pass": float(per_pass.group(1)) if per_pass else None, "text": r.stdout}
 
 
 def run_peer(a, bin_dir, mode, target, draft, prompt):
@@ -218,7 +219,8 @@ def main():
     def cell(label, task, mode):
         runs = results.get((label, task, mode), [])
         return (statistics.median(r["tok_s"] for r in runs) if runs else 0.0,
-                statistics.median(r["accept"] for r in runs) if runs and runs[0]["accept"] is not None else None)
+                statistics.median(r["accept"] for r in runs) if runs and runs[0]["accept"] is not None else None,
+                statistics.median(r["per_pass"] for r in runs) if runs and runs[0].get("per_pass") is not None else None)
 
     names = {"plain": "tandem plain", "lookup": "tandem lookup", "draft": "tandem draft", "peer-plain": "llama.cpp plain",
              "peer-lookup": "llama.cpp lookup", "peer-draft": "llama.cpp draft"}
@@ -230,17 +232,18 @@ def main():
             same = all(t == texts[0] for t in texts)
             same_text &= same
             row = [label, task + ("" if same else " (TEXT DIFFERS)")]
-            base, _ = cell(label, task, "plain")
-            peer_base, _ = cell(label, task, "peer-plain")
+            base = cell(label, task, "plain")[0]
+            peer_base = cell(label, task, "peer-plain")[0]
             for mode in modes:
                 if (label, task, mode) not in results:
                     row.append("-")
                     continue
-                tok_s, acc = cell(label, task, mode)
+                tok_s, acc, per_pass = cell(label, task, mode)
                 ref = base if mode in TANDEM_MODES else peer_base
                 s = f"{tok_s:.1f}"
                 if mode not in ("plain", "peer-plain"):
-                    s += f" ({tok_s / ref:.2f}x" + (f", {acc:.0f}% acc." if acc is not None else "") + ")" if ref else ""
+                    s += (f" ({tok_s / ref:.2f}x" + (f", {acc:.0f}% acc." if acc is not None else "")
+                          + (f", {per_pass:.2f} tok/pass" if per_pass is not None else "") + ")") if ref else ""
                 row.append(s)
             lines.append("| " + " | ".join(row) + " |")
     table = "\n".join(lines)
@@ -249,7 +252,9 @@ def main():
         print("\nWARNING: tandem's modes produced different text for some task (greedy output must be equal)", file=sys.stderr)
     cmd = "python3 bench/speculative.py " + shlex.join(sys.argv[1:])
     note = (f"Decode tok/s, median of {a.rounds} alternating rounds, greedy, at most {a.n} tokens, draft-max {a.draft_max}, "
-            f"{a.threads} threads" + (f", tandem with `{a.tandem_flags}`" if a.tandem_flags else "") + "; (x) is the speed-up over the same engine's plain decode, acc. its acceptance rate. "
+            f"{a.threads} threads" + (f", tandem with `{a.tandem_flags}`" if a.tandem_flags else "") + "; (x) is the speed-up over the same engine's plain decode, acc. its acceptance rate, "
+            "tok/pass the tokens each target pass produced (tandem's report): the speed-up that verify passes "
+            "costing no more than a one-token pass would give, so the ceiling of what drafting can gain on that output. "
             f"Load average over the run: {min(loads):.2f}-{max(loads):.2f}. "
             f"tandem's three modes produced {'the same' if same_text else 'DIFFERENT'} text for every task.")
     print("\n" + note)
