@@ -17,8 +17,6 @@ namespace tandem::apps {
 // Prints "error: msg" to stderr and returns the exit code 1.
 int fail(const std::string& msg);
 
-// The names of a comma-separated --exact-products list ("none": no names).
-std::vector<std::string> exact_product_names(const std::string& list);
 // The CPU backend a model runs on, or null when it runs on another (a GPU).
 const CpuBackend* cpu_backend(const Model& m);
 

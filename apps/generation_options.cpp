@@ -170,29 +170,6 @@ GenerationConfig GenerationOptions::config(const Vocab& vocab) const {
   return c;
 }
 
-namespace {
-
-// --exact-products auto: on models under this many parameters whose output head is at most
-// this share of them, the head keeps f32 activations. Measured (README, "Accuracy and
-// defaults"): on SmolLM2-135M (head 21% of the parameters) it halves the top-1 misses that
-// 8-bit activations cause and answers the README's chat example right, for 6% of decode
-// speed; on a 1B Q4_0 with a 128k-token head it would cost 45% of decode, and on Gemma 3 270M
-// (a 262k-token head, 63% of the parameters) 28% of decode for 0.3 points of top-1 agreement.
-constexpr uint64_t kExactHeadMaxParams = 500'000'000;
-constexpr double kExactHeadMaxShare = 1.0 / 3.0;
-
-std::string exact_products_for(const std::string& option, const GgufFile& f) {
-  if (option != "auto") return option;
-  uint64_t params = 0;
-  for (const auto& t : f.tensors()) params += t.n_elements();
-  const GgufTensor* head = f.find_tensor("output.weight");
-  if (!head) head = f.find_tensor("token_embd.weight");  // tied
-  const double share = head && params ? (double)head->n_elements() / (double)params : 1.0;
-  return params < kExactHeadMaxParams && share <= kExactHeadMaxShare ? "output,token_embd" : "none";
-}
-
-}  // namespace
-
 Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   auto file = GgufFile::open(o.model);
   if (!file.ok()) return file.error();
@@ -201,7 +178,7 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   choice.threads = o.threads;
   choice.isa = o.isa;
   choice.quantized_activations = o.activations == "q8";
-  choice.exact_products = exact_product_names(exact_products_for(o.exact_products, *file.value()));
+  choice.exact_products = exact_products_for(o.exact_products, *file.value());
   auto backend = make_backend(choice);
   if (!backend.ok()) return backend.error();
   ModelOptions mo;

@@ -14,6 +14,8 @@
 
 namespace tandem {
 
+class GgufFile;
+
 struct BackendChoice {
   std::string device = "auto";  // "cpu" | "cuda" | "auto"
   // The CPU's options (device "cpu", or "auto" without a GPU).
@@ -25,6 +27,11 @@ struct BackendChoice {
   int cuda_device = 0;
   bool cuda_graphs = true;  // decode passes captured as CUDA graphs
 };
+
+// BackendChoice::exact_products for an --exact-products option: a comma-separated list of
+// tensor name parts ("output,ffn_down"), "none", or "auto": the output head (output,
+// token_embd) on models under 500M parameters whose head is at most a third of them, else none.
+std::vector<std::string> exact_products_for(const std::string& option, const GgufFile& f);
 
 // The backend the choice names. Errors: an unknown device or ISA; "cuda" in a build without
 // CUDA, or on a machine whose driver sees no GPU (the message says which).

@@ -4,7 +4,7 @@
 // than 1+k decode passes; this prints that ratio per n.
 //
 //   build/bench/tandem_pass_bench MODEL.gguf [--threads 2] [--depth 256] [--max 9] [--reps 40]
-//                                 [--exact output,token_embd | none] [--only N]
+//                                 [--exact auto | output,token_embd | none] [--only N]
 //
 // The sizes alternate within each repetition (n = 1, 2, ..., N, then again), so a machine that
 // slows down mid-run slows every size alike. Prints the median ms per pass and its ratio to n=1.
@@ -22,31 +22,17 @@
 
 using namespace tandem;
 
-namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t end = std::min(s.find(',', at), s.size());
-    if (end > at) out.push_back(s.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [--threads T] [--depth D] [--max N] [--reps R] [--exact LIST|none] [--only N]\n",
+    std::fprintf(stderr, "usage: %s MODEL.gguf [--threads T] [--depth D] [--max N] [--reps R] [--exact auto|LIST|none] [--only N]\n",
                  argv[0]);
     return 2;
   }
   BackendChoice choice;
   choice.device = "cpu";
   choice.threads = 2;
-  choice.exact_products = {"output", "token_embd"};
+  std::string exact = "auto";  // as tandem's --exact-products
   int64_t depth = 256;
   int max_n = 9, reps = 40, only = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -56,12 +42,15 @@ int main(int argc, char** argv) {
     else if (flag == "--max") max_n = std::atoi(value.c_str());
     else if (flag == "--reps") reps = std::atoi(value.c_str());
     else if (flag == "--only") only = max_n = std::atoi(value.c_str());  // one size alone (for a profiler)
-    else if (flag == "--exact") choice.exact_products = value == "none" ? std::vector<std::string>{} : split(value);
+    else if (flag == "--exact") exact = value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
+  auto file = GgufFile::open(argv[1]);
+  if (!file) return std::fprintf(stderr, "%s\n", file.error().message.c_str()), 1;
+  choice.exact_products = exact_products_for(exact, **file);
   auto backend = make_backend(choice);
   if (!backend) return std::fprintf(stderr, "%s\n", backend.error().message.c_str()), 1;
   ModelOptions opts;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/make_backend.h"
+#include "tiny_model.h"
 
 namespace tandem {
 namespace {
@@ -16,6 +17,21 @@ TEST(MakeBackend, CpuWithItsOptions) {
   auto be = make_backend(c);
   ASSERT_TRUE(be.ok()) << be.error().message;
   EXPECT_EQ(be.value()->describe(), "cpu scalar, 1 threads, f32 activations");
+}
+
+// --exact-products: a list, none, or auto (the head of a small model whose head is at most a
+// third of its parameters).
+TEST(MakeBackend, ExactProductsForTheOption) {
+  const auto small_head = test::tiny_model_file(test::TinyShape{});  // a 96-token head, ~7% of it
+  test::TinyShape big;
+  big.n_vocab = 2048;  // the head (and the embedding) ~39% of the parameters
+  const auto big_head = test::tiny_model_file(big);
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(exact_products_for("auto", *small_head), (Names{"output", "token_embd"}));
+  EXPECT_EQ(exact_products_for("auto", *big_head), Names{});
+  EXPECT_EQ(exact_products_for("none", *small_head), Names{});
+  EXPECT_EQ(exact_products_for("output,ffn_down", *big_head), (Names{"output", "ffn_down"}));
+  EXPECT_EQ(exact_products_for(",output,,", *big_head), Names{"output"});  // empty names dropped
 }
 
 TEST(MakeBackend, UnknownDeviceOrIsaIsAnError) {
