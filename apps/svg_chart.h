@@ -29,8 +29,8 @@ struct Label {
 struct Chart {
   std::string title, subtitle, x_label, y_label;
   bool log_x = false, log_y = false;
-  std::vector<Series> series;
-  std::vector<Label> labels;
+  std::vector<Series> series = {};  // (initialized, so shorter aggregate initializers are complete)
+  std::vector<Label> labels = {};
   // Axis ranges; NaN = from the data.
   double x_min = NAN, x_max = NAN, y_min = NAN, y_max = NAN;
 };

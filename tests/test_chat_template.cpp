@@ -623,8 +623,9 @@ TEST(ChatTemplateTaint, BenignConversationsTokenizeAsBefore) {
     const nlohmann::ordered_json& extra = c["extra"];
     auto out = t->render_json(c["messages"], c["add_generation_prompt"], &extra);
     ASSERT_TRUE(out.ok());
-    if (c["conversation"] != "system_only")  // Gemma's template drops a lone system message: no data
+    if (c["conversation"] != "system_only") {  // Gemma's template drops a lone system message: no data
       EXPECT_FALSE(out->data_spans.empty()) << c["template"];
+    }
     EXPECT_EQ(tok->encode_chat(*out), tok->encode_chat(*out, true)) << c["template"] << " / " << c["conversation"];
     checked++;
   }

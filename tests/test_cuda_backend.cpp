@@ -58,7 +58,7 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_LE(worst, tol) << what << ": worst at " << at << ": " << got[at] << " vs " << want[at];
 }
 
-CpuBackend cpu_reference() { return CpuBackend(CpuBackendOptions{cpu::best_isa(), 2, false}); }
+CpuBackend cpu_reference() { return CpuBackend(CpuBackendOptions{cpu::best_isa(), 2, false, {}}); }
 
 // ---- host-side staging (no GPU needed) ----
 
@@ -174,10 +174,12 @@ void check_rope_and_gate(CudaBackend& g, const HeadShape h, int rope_dim, RopeSt
   expect_near(outs[1][1], outs[0][1], 1e-6f, "rope q");
   expect_near(outs[1][2], outs[0][2], 1e-6f, "rope k");
   // The dims past rope_dim are left as they were.
-  if (rope_dim < h.head_dim)
+  if (rope_dim < h.head_dim) {
     for (int hh = 0; hh < h.n_head; hh++)
-      for (int d = rope_dim; d < h.head_dim; d++)
+      for (int d = rope_dim; d < h.head_dim; d++) {
         EXPECT_EQ(outs[1][1][(size_t)(hh * h.head_dim + d)], q[(size_t)(hh * h.head_dim + d)]);
+      }
+  }
   expect_near(outs[1][3], outs[0][3], 1e-5f, act == GateActivation::Silu ? "swiglu" : "geglu (gelu tanh)");
   // A rotation keeps each pair's length; NeoX and adjacent pairs rotate different pairs.
   if (style == RopeStyle::NeoxHalves) {

@@ -96,7 +96,7 @@ void run_model(CudaBackend& g, DType weights, DType kv_dtype) {
 }
 
 void run_model(CudaBackend& g, const FileMaker& make_file, const std::string& label, DType kv_dtype) {
-  CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 2, false});
+  CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 2, false, {}});
   // Both caches hold kv_dtype: the CPU's q8_0 store rounds as GGML's quantizer, as the GPU's.
   Runner rc(cpu, make_file(), kv_dtype), rg(g, make_file(), kv_dtype);
   ASSERT_TRUE(rc.m && rg.m && rc.pool && rg.pool);
@@ -141,7 +141,9 @@ void run_model(CudaBackend& g, const FileMaker& make_file, const std::string& la
     ASSERT_TRUE(b.add_sequence(std::vector<int32_t>{next}, pos, table_a, ForwardBatch::Logits::Last).ok());
     const std::vector<float> lc = step(b);
     next = argmax(lc.data(), V);
-    if (i > 0) EXPECT_TRUE(g.last_pass().graph && !g.last_pass().captured) << "decode step " << i << " was not a replay";
+    if (i > 0) {
+      EXPECT_TRUE(g.last_pass().graph && !g.last_pass().captured) << "decode step " << i << " was not a replay";
+    }
   }
   fmt::print("[ cuda vs cpu ] {}: one decode token launches {} kernels ({} layers)\n", label, g.last_pass().kernels,
              c.n_layer);
@@ -193,7 +195,7 @@ TEST(CudaForward, LogitsEqualCpuForEveryFamily) {
 // Without a GPU: the shapes above hold what the GPU test means to exercise (it compares with
 // the CPU, so a shape that lost a feature would still pass there).
 TEST(CudaForward, FamilyShapesReachTheNewKernels) {
-  CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 1, false});
+  CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 1, false, {}});
   ModelOptions o;
   o.backend = std::shared_ptr<Backend>(&cpu, [](Backend*) {});
   for (const char* family : kFamilies) {
@@ -211,10 +213,18 @@ TEST(CudaForward, FamilyShapesReachTheNewKernels) {
       EXPECT_EQ(c.spec.norms, NormPlacement::Sandwich);
       EXPECT_GT(c.spec.embedding_scale, 1.0f);
     }
-    if (c.spec.family == "phi3") EXPECT_EQ(c.head_dim, 96);
-    if (c.spec.family == "granite") EXPECT_NE(c.spec.residual_scale, 1.0f);
-    if (c.spec.family == "qwen2") EXPECT_TRUE(c.spec.qkv_bias);
-    if (c.spec.family != "llama" && c.spec.family != "granite") EXPECT_EQ(c.spec.rope_style, RopeStyle::NeoxHalves);
+    if (c.spec.family == "phi3") {
+      EXPECT_EQ(c.head_dim, 96);
+    }
+    if (c.spec.family == "granite") {
+      EXPECT_NE(c.spec.residual_scale, 1.0f);
+    }
+    if (c.spec.family == "qwen2") {
+      EXPECT_TRUE(c.spec.qkv_bias);
+    }
+    if (c.spec.family != "llama" && c.spec.family != "granite") {
+      EXPECT_EQ(c.spec.rope_style, RopeStyle::NeoxHalves);
+    }
   }
 }
 
@@ -243,7 +253,7 @@ TEST(CudaForward, MatchesTorchReference) {
     bf.read(reinterpret_cast<char*>(want.data()), (std::streamsize)bytes);
   }
   CudaBackend& g = *made.value();
-  CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 0, false});
+  CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 0, false, {}});
   Compare cmp[2];
   for (int i = 0; i < 2; i++) {
     Backend& be = i == 0 ? (Backend&)g : (Backend&)cpu;

@@ -187,7 +187,9 @@ TEST(Probe, Int8RoofIsTheRoofOfQuantizedProducts) {
   const double f32 = cpu::measure_peak_flops(isa, 1, 0.05), int8 = cpu::measure_peak_int8_ops(isa, 1, 0.05);
   EXPECT_GT(f32, 1e8);
   EXPECT_GT(int8, 1e8);
-  if (cpu::has_avx2(isa)) EXPECT_GT(int8, f32) << cpu::isa_name(isa);
+  if (cpu::has_avx2(isa)) {
+    EXPECT_GT(int8, f32) << cpu::isa_name(isa);
+  }
   cpu::MachinePeaks m;
   m.flops_per_s = f32, m.int8_ops_per_s = int8, m.read_bytes_per_s = 1e10;
   EXPECT_EQ(m.compute_roof(true), int8);

@@ -25,7 +25,7 @@ struct CpuBackendOptions {
   // activations: the few that cost the most accuracy for their share of the time (tandem
   // perplexity --kl-divergence measures it). A pattern names whole dot-separated parts of a
   // tensor name: "output" is output.weight (not attn_output.weight), "ffn_down" every layer's.
-  std::vector<std::string> exact_products;
+  std::vector<std::string> exact_products = {};
 };
 
 // True when `pattern` is a run of whole dot-separated components of `name`.
