@@ -24,6 +24,7 @@ void DraftBackoff::verified(int drafted, int accepted, double min_rate) {
   // them is not paying even when this one does (a lucky token of a poor draft model).
   if (paid && (!draft_model_ || ledger_ >= 0.0)) {
     misses_ = draft_model_ ? std::max(0, misses_ - 1) : 0;
+    missed_at_cap_ = 0;
     return;
   }
   declined();  // rejected whole (or not paying): a miss
@@ -33,6 +34,7 @@ void DraftBackoff::declined() {
   if (++misses_ < 2) return;
   const int doublings = (misses_ - 1) * (draft_model_ ? 2 : 1);  // a draft model's pause quadruples
   pause_ = std::min(max_pause_, 1 << std::min(doublings, 20));
+  if (draft_model_ && pause_ == max_pause_ && ++missed_at_cap_ > kGiveUpAtCap) gave_up_ = true;
 }
 
 }  // namespace tandem

@@ -67,16 +67,21 @@ class DraftBackoff {
   // one lucky token of a poor draft model does not restart its short pauses, and a draft model
   // that starts poorly and then agrees (a code edit reaching the copied code) recovers within a
   // draft or two (a ledger that never forgot, the acceptance rate so far, kept it paused).
+  // Each resumption still reruns every skipped token through the draft model, a cost per
+  // token whatever the pause (the random pair's rewrite: 7% of decode for one accepted
+  // token), so a draft model that has missed kGiveUpAtCap probes in a row at the longest pause
+  // (some 470 tokens without paying) stops drafting for the rest of the sequence.
   static constexpr int kMaxPause = 32;
   static constexpr int kMaxPauseDraftModel = 128;
+  static constexpr int kGiveUpAtCap = 3;
   explicit DraftBackoff(int draft_max = 8, bool draft_model = false)
       : max_(draft_max < 0 ? 0 : draft_max),
         cap_(max_),
         max_pause_(draft_model ? kMaxPauseDraftModel : kMaxPause),
         draft_model_(draft_model) {}
 
-  // Tokens allowed this step; 0 while paused.
-  int allowed() const { return pause_ > 0 ? 0 : cap_; }
+  // Tokens allowed this step; 0 while paused (or, a draft model, after giving up).
+  int allowed() const { return pause_ > 0 || gave_up_ ? 0 : cap_; }
   // A decode step ran without a draft (paused): one step of the pause is served.
   void step_without_draft() {
     if (pause_ > 0) pause_--;
@@ -104,6 +109,8 @@ class DraftBackoff {
   double ledger_ = 0.0;
   int misses_ = 0;  // fully rejected drafts in a row
   int pause_ = 0;   // steps left without drafting
+  int missed_at_cap_ = 0;  // a draft model's misses in a row that paused it for max_pause_
+  bool gave_up_ = false;
 };
 
 }  // namespace tandem

@@ -125,7 +125,8 @@ TEST(DraftBackoff, ShrinksAfterRejectionsGrowsAfterAcceptanceAndPauses) {
 // A draft model's back-off is more patient (each resumption costs it a catch-up pass): its
 // pauses quadruple up to kMaxPauseDraftModel, a paid draft takes one miss off the streak, and
 // a draft pays only while the ledger of recent drafts (accepted less min_rate per drafted
-// token, older drafts weighing a quarter as much) pays too.
+// token, older drafts weighing a quarter as much) pays too; missing four probes in a row at
+// the longest pause, it gives up.
 TEST(DraftBackoff, DraftModelFlavourIsMorePatient) {
   DraftBackoff model(4, true);
   model.verified(4, 0);
@@ -137,9 +138,19 @@ TEST(DraftBackoff, DraftModelFlavourIsMorePatient) {
   EXPECT_EQ(model.allowed(), 2);
   model.verified(2, 0);  // three again: 16, not 4
   EXPECT_EQ(serve_pause(model), 16);
-  miss_to_the_cap(model, 6);
+  miss_to_the_cap(model, 2);  // 64, then the first pause at the cap
   model.verified(1, 0);
-  EXPECT_EQ(serve_pause(model), DraftBackoff::kMaxPauseDraftModel);
+  EXPECT_EQ(serve_pause(model), DraftBackoff::kMaxPauseDraftModel);  // the second miss at the cap
+  model.verified(1, 0);
+  EXPECT_EQ(serve_pause(model), DraftBackoff::kMaxPauseDraftModel);  // the third
+  model.verified(1, 0);  // the fourth: it gives up for the rest of the sequence
+  EXPECT_EQ(model.allowed(), 0);
+  EXPECT_EQ(serve_pause(model), 1000);  // serve_pause's bound: it never resumes
+  DraftBackoff patient(4, true);
+  miss_to_the_cap(patient, 7);  // three misses at the cap
+  patient.verified(1, 1);       // a paid probe: the count at the cap starts again
+  miss_to_the_cap(patient, 3);
+  EXPECT_EQ(patient.allowed(), 1);
 
   DraftBackoff poor(4, true), good(4, true);
   poor.verified(4, 0, 0.5);  // ledger -2
