@@ -22,7 +22,6 @@
 
 using namespace tandem;
 
-
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s MODEL.gguf [--threads T] [--depth D] [--max N] [--reps R] [--exact auto|LIST|none] [--only N]\n",
