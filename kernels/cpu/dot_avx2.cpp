@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_helpers.h"
+#include "kernels/cpu/unroll.h"
 
 namespace tandem::cpu {
 namespace {
@@ -108,20 +109,10 @@ void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_to
                      int64_t out_stride) {
   constexpr int kTokens = 8;  // 8 accumulators, 4 weight vectors, the scale and a sum: 14 registers
   const auto* b = static_cast<const BlockQ8_0*>(row);
-  for (int t = 0; t < n_tokens; t += kTokens) {
-    const float* xt = x + t * x_stride;
-    float* ot = out + t * out_stride;
-    switch (n_tokens - t) {
-      case 1: q8_0_tokens<1>(b, xt, x_stride, n, ot, out_stride); break;
-      case 2: q8_0_tokens<2>(b, xt, x_stride, n, ot, out_stride); break;
-      case 3: q8_0_tokens<3>(b, xt, x_stride, n, ot, out_stride); break;
-      case 4: q8_0_tokens<4>(b, xt, x_stride, n, ot, out_stride); break;
-      case 5: q8_0_tokens<5>(b, xt, x_stride, n, ot, out_stride); break;
-      case 6: q8_0_tokens<6>(b, xt, x_stride, n, ot, out_stride); break;
-      case 7: q8_0_tokens<7>(b, xt, x_stride, n, ot, out_stride); break;
-      default: q8_0_tokens<kTokens>(b, xt, x_stride, n, ot, out_stride); break;
-    }
-  }
+  for (int t = 0; t < n_tokens; t += kTokens)
+    with_count<kTokens>(n_tokens - t < kTokens ? n_tokens - t : kTokens, [&](auto nt) {
+      q8_0_tokens<decltype(nt)::value>(b, x + t * x_stride, x_stride, n, out + t * out_stride, out_stride);
+    });
 }
 
 // Sum over one 32-element block of nibble quants q (low nibbles = elements 0..15) times x,

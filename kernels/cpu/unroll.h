@@ -18,5 +18,15 @@ inline void each(F&& f) {
   (std::make_integer_sequence<int, N>{});
 }
 
+// Calls f(std::integral_constant<int, n>) for a run-time n in 1 .. Max: a kernel templated on
+// its token count, picked for the count at hand (nothing for n outside the range).
+template <int Max, typename F>
+inline void with_count(int n, F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((n == I + 1 ? (f(std::integral_constant<int, I + 1>{}), true) : false) || ...);
+  }
+  (std::make_integer_sequence<int, Max>{});
+}
+
 }  // namespace
 }  // namespace tandem::cpu
