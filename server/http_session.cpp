@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "server/http_framing.h"
+
 namespace tandem::server {
 
 namespace beast = boost::beast;
@@ -14,6 +16,16 @@ HttpResponse error_response(int status, const std::string& message, const char* 
   r.body = fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":null}}}})", message, type);
   return r;
 }
+
+// The answer when too many answers wait for their clients: retry once some are out.
+HttpResponse busy_answer() {
+  HttpResponse r = error_response(503, "the server holds too many unsent answers (clients not reading); retry shortly", "server_error");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+// An output buffer past this is freed once written rather than kept for the connection's life.
+constexpr size_t kKeptBufferBytes = 64u << 10;
 }  // namespace
 
 // A handler's view of its connection. It holds the session weakly: a request the engine still
@@ -93,6 +105,7 @@ Session::Session(tcp::socket socket, std::shared_ptr<TransportShared> shared)
       write_timer_(socket_.get_executor()) {}
 
 Session::~Session() {
+  shared_->unsent_bytes -= counted_unsent_;  // ended without close() (the io context stopped)
   std::lock_guard<std::mutex> l(shared_->mu);
   shared_->sessions.erase(registry_pos);
   shared_->open--;
@@ -169,7 +182,12 @@ void Session::on_header(beast::error_code ec) {
     }
     req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   }
+  if (auto bad = check_framing(req)) {  // the body's length or the request's meaning is uncertain: answer and close
+    reading_ = false;
+    return refuse(error_response(bad->status, bad->message));
+  }
   const bool keep_alive = h.keep_alive();
+  const bool head = req.method == "HEAD";
   std::optional<HttpResponse> refusal;
   try {
     refusal = shared_->handler.check_header(req);
@@ -182,7 +200,7 @@ void Session::on_header(beast::error_code ec) {
     read_timer_.cancel();
     phase_ = ReadPhase::None;
     parser_.reset();
-    queue_.push_back({std::move(req), std::move(refusal), keep_alive});  // nothing to skip: carry on
+    queue_.push_back({std::move(req), std::move(refusal), keep_alive, head});  // nothing to skip: carry on
     if (!keep_alive) stop_reading_ = true;
     maybe_dispatch();
     return do_read();
@@ -191,6 +209,7 @@ void Session::on_header(beast::error_code ec) {
   if (expect && beast::iequals(*expect, "100-continue") && queue_.empty() && out_.empty() && !writing_now_)
     append("HTTP/1.1 100 Continue\r\n\r\n");
   if (parser_->is_done()) return on_body({}, std::move(req), keep_alive);
+  // (A HEAD with a body is still a HEAD: on_body tells from the method.)
   const auto length = parser_->content_length();  // none: chunked, up to the body limit
   req.body_budget = reserve_body_bytes(shared_, length ? (size_t)*length : shared_->limits.max_body_bytes);
   if (!req.body_budget) {
@@ -212,7 +231,8 @@ void Session::on_body(beast::error_code ec, HttpRequest req, bool keep_alive) {
   phase_ = ReadPhase::None;
   req.body = parser_->release().body();
   parser_.reset();
-  queue_.push_back({std::move(req), std::nullopt, keep_alive});
+  const bool head = req.method == "HEAD";
+  queue_.push_back({std::move(req), std::nullopt, keep_alive, head});
   if (!keep_alive) stop_reading_ = true;
   maybe_dispatch();
   do_read();
@@ -230,6 +250,8 @@ void Session::fail_read(beast::error_code ec) {
     return refuse(error_response(431, fmt::format("the request header is larger than {} bytes", shared_->limits.max_header_bytes)));
   if (ec == http::error::body_limit)
     return refuse(error_response(413, fmt::format("the request body is larger than {} bytes", shared_->limits.max_body_bytes)));
+  if (ec == http::error::bad_transfer_encoding || ec == http::error::bad_content_length || ec == http::error::multiple_content_length)
+    return refuse(error_response(400, "the body length is uncertain (Content-Length and Transfer-Encoding conflict or repeat)"));
   if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
       ec == net::error::operation_aborted || ec == net::error::broken_pipe || !started)
     return close();  // the client left
@@ -271,7 +293,7 @@ void Session::maybe_dispatch() {
   Pending& p = queue_.front();
   if (p.ready) {
     const bool keep = p.keep_alive && !p.ready->close;
-    append(serialize_response(*p.ready, keep));
+    append(serialize_response(*p.ready, keep, !p.head));
     return complete_slot(keep);
   }
   active_ = std::make_shared<Writer>(weak_from_this());
@@ -283,11 +305,14 @@ void Session::maybe_dispatch() {
     now = error_response(500, "internal error", "server_error");
   }
   if (now) return writer_respond(active_.get(), std::move(*now));
+  // Decided before any work, as the body budget is (here and again when a worker takes it up,
+  // as the queue may be long): the answer would have nowhere to wait.
+  if (shared_->over_unsent_budget()) return writer_respond(active_.get(), busy_answer());
   auto w = active_;
-  HttpHandler& h = shared_->handler;
-  const bool posted = shared_->work->post([&h, req = std::move(p.req), w]() mutable {
+  const bool posted = shared_->work->post([shared = shared_, req = std::move(p.req), w]() mutable {
+    if (shared->over_unsent_budget()) return w->respond(busy_answer());
     try {
-      h.handle(std::move(req), w);
+      shared->handler.handle(std::move(req), w);
     } catch (const std::exception&) {
       w->respond(error_response(500, "internal error", "server_error"));
     }
@@ -297,8 +322,17 @@ void Session::maybe_dispatch() {
 
 void Session::writer_respond(Writer* w, HttpResponse r) {
   if (closed_ || w != active_.get() || streaming_) return;
-  const bool keep = queue_.front().keep_alive && !r.close;
-  append(serialize_response(r, keep));
+  const Pending& p = queue_.front();
+  if (r.body.size() > shared_->limits.max_answer_bytes)
+    r = error_response(500, fmt::format("the answer is {} bytes, more than the {} this server sends at once; ask for less", r.body.size(),
+                                        shared_->limits.max_answer_bytes), "server_error");
+  const bool keep = p.keep_alive && !r.close;
+  std::string bytes = serialize_response(r, keep, !p.head);
+  r = HttpResponse{};  // its body is copied: free it before the bytes wait for the client
+  // Error answers are small and always go out.
+  const bool reserved = admit_unsent(bytes.size());
+  if (!reserved) bytes = serialize_response(busy_answer(), keep, !p.head);
+  append(std::move(bytes), reserved);
   complete_slot(keep);
 }
 
@@ -312,14 +346,14 @@ void Session::writer_begin(Writer* w, int status, std::string content_type, Http
 }
 
 void Session::writer_write(Writer* w, std::string chunk) {
-  if (closed_ || w != active_.get() || !streaming_ || chunk.empty()) return;
+  if (closed_ || w != active_.get() || !streaming_ || chunk.empty() || queue_.front().head) return;
   append(fmt::format("{:x}\r\n", chunk.size()) + chunk + "\r\n");
 }
 
 void Session::writer_end(Writer* w) {
   if (closed_ || w != active_.get() || !streaming_) return;
   streaming_ = false;
-  append("0\r\n\r\n");
+  if (!queue_.front().head) append("0\r\n\r\n");
   complete_slot(queue_.front().keep_alive);
 }
 
@@ -341,12 +375,56 @@ void Session::complete_slot(bool keep_alive) {
   if (!active_) self_.reset();  // pending operations keep this alive from here
 }
 
-void Session::append(std::string bytes) {
-  if (closed_) return;
+// Counts an answer's `n` bytes in the unsent budget unless it is already spent. The last answer
+// admitted may pass it (by at most one answer per io thread, each under max_answer_bytes): then
+// new requests are refused before any work, rather than after it.
+bool Session::admit_unsent(size_t n) {
+  size_t cur = shared_->unsent_bytes.load();
+  do {
+    if (cur >= shared_->limits.max_unsent_answer_bytes) return false;
+  } while (!shared_->unsent_bytes.compare_exchange_weak(cur, cur + n));
+  return true;
+}
+
+// `reserved`: the bytes are already counted in the unsent budget (admit_unsent); otherwise they
+// are counted now, past the budget or not (stream chunks are bounded per connection instead).
+void Session::append(std::string bytes, bool reserved) {
+  if (closed_) {
+    if (reserved) shared_->unsent_bytes -= bytes.size();
+    return;
+  }
+  if (!reserved) shared_->unsent_bytes += bytes.size();
+  counted_unsent_ += bytes.size();
   const size_t unsent = out_.size() + writing_.size() - write_off_;
   if (unsent > 0 && unsent + bytes.size() > shared_->limits.max_pending_write_bytes) return close();  // it stopped reading
-  out_ += bytes;
+  if (out_.empty()) out_ = std::move(bytes);  // a whole answer is not copied once more
+  else out_ += bytes;
   flush();
+}
+
+void Session::uncount_unsent(size_t n) {
+  shared_->unsent_bytes -= n;
+  counted_unsent_ -= n;
+}
+
+// The written buffer is done with: a large one is freed (and its memory given back to the system
+// soon, see HttpTransport) rather than kept by an idle keep-alive connection.
+void Session::drop_written() {
+  if (writing_.capacity() > kKeptBufferBytes) {
+    shared_->freed_bytes += writing_.capacity();
+    std::string().swap(writing_);
+  } else {
+    writing_.clear();
+  }
+  write_off_ = 0;
+}
+
+// The connection is closed: nothing more is sent, its share of the budget is given back.
+void Session::release_output() {
+  uncount_unsent(counted_unsent_);
+  shared_->freed_bytes += out_.capacity();
+  std::string().swap(out_);
+  if (!writing_now_) drop_written();  // else the write in flight still points into it: dropped when it ends
 }
 
 // Writes in pieces of at most 64 KiB, each with its own deadline: a slow but live reader
@@ -354,8 +432,7 @@ void Session::append(std::string bytes) {
 void Session::flush() {
   if (closed_ || writing_now_) return;
   if (write_off_ == writing_.size()) {
-    writing_.clear();
-    write_off_ = 0;
+    drop_written();
     writing_.swap(out_);
   }
   if (writing_.empty()) {
@@ -371,9 +448,10 @@ void Session::flush() {
   net::async_write(socket_, net::buffer(writing_.data() + write_off_, n), [self = shared_from_this()](beast::error_code ec, size_t done) {
     self->writing_now_ = false;
     self->write_timer_.cancel();
-    if (self->closed_) return;
+    if (self->closed_) return self->drop_written();
     if (ec) return self->close();
     self->write_off_ += done;
+    self->uncount_unsent(done);
     self->flush();
   });
 }
@@ -396,6 +474,7 @@ void Session::close() {
   write_timer_.cancel();
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
+  release_output();
   if (active_) {
     auto w = active_;
     active_.reset();

@@ -36,6 +36,9 @@ struct TransportShared {
   int open = 0;                                // guarded by mu
   std::atomic<bool> stopping{false};
   std::atomic<size_t> body_bytes{0};  // reserved by bodies being read or held (max_inflight_body_bytes)
+  std::atomic<size_t> unsent_bytes{0};  // in the sessions' out_ and writing_, not yet written (max_unsent_answer_bytes)
+  std::atomic<size_t> freed_bytes{0};   // large output buffers freed since the transport last gave memory back
+  bool over_unsent_budget() const { return unsent_bytes.load() >= limits.max_unsent_answer_bytes; }
 };
 
 // Reserves `n` bytes of the in-flight body budget; null when it would pass the limit. The
@@ -64,6 +67,7 @@ class Session : public std::enable_shared_from_this<Session> {
     HttpRequest req;
     std::optional<HttpResponse> ready;  // answered without a handler (an error, a refusal)
     bool keep_alive = true;
+    bool head = false;  // a HEAD request: its answer goes without its body
   };
 
   void do_read();
@@ -77,7 +81,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void arm_read_timer(std::chrono::milliseconds d, ReadPhase phase);
   void maybe_dispatch();
   void complete_slot(bool keep_alive);
-  void append(std::string bytes);
+  bool admit_unsent(size_t n);
+  void append(std::string bytes, bool reserved = false);
+  void uncount_unsent(size_t n);
+  void drop_written();
+  void release_output();
   void flush();
   void linger();
 
@@ -93,6 +101,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Session> self_;      // alive while a handler answers
   std::string out_, writing_;          // bytes to write; bytes being written
   size_t write_off_ = 0;               // how much of writing_ is written
+  size_t counted_unsent_ = 0;          // this session's share of shared_->unsent_bytes
   bool writing_now_ = false, reading_ = false, stop_reading_ = false, closed_ = false;
   bool close_when_flushed_ = false, lingering_ = false, streaming_ = false;
   size_t drained_bytes_ = 0;

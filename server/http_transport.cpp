@@ -4,6 +4,10 @@
 
 #include <boost/beast/core/string.hpp>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "server/http_session.h"
 
 namespace tandem::server {
@@ -35,19 +39,21 @@ const char* status_reason(int status) {
     case 413: return "Content Too Large";
     case 415: return "Unsupported Media Type";
     case 421: return "Misdirected Request";
+    case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "Unknown";
   }
 }
 
-std::string serialize_response(const HttpResponse& r, bool keep_alive) {
+std::string serialize_response(const HttpResponse& r, bool keep_alive, bool with_body) {
   std::string s = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: {}\r\n", r.status,
                               status_reason(r.status), r.content_type, r.body.size(), keep_alive ? "keep-alive" : "close");
   for (const auto& [k, v] : r.headers) s += k + ": " + v + "\r\n";
   s += "\r\n";
-  s += r.body;
+  if (with_body) s += r.body;
   return s;
 }
 
@@ -90,7 +96,26 @@ const std::string& busy_response() {
 struct HttpTransport::Impl {
   Impl(HttpHandler& h, HttpLimits l, int io, int workers)
       : pool(std::make_shared<WorkerPool>(workers)), shared(std::make_shared<TransportShared>(h, l, pool)), io_threads(std::max(1, io)), acceptor(net::make_strand(ioc)),
-        retry_timer(acceptor.get_executor()) {}
+        retry_timer(acceptor.get_executor()), trim_timer(acceptor.get_executor()) {}
+
+  // Large answers freed (a client that never read, a closed connection) go back to the system:
+  // glibc keeps freed heap memory once its dynamic mmap threshold has grown past the answers'
+  // size, so without this RSS stays at its peak after the clients left. Batched: one trim for
+  // all that was freed in the last half second.
+  void give_memory_back_periodically() {
+    trim_timer.expires_after(std::chrono::milliseconds(500));
+    trim_timer.async_wait([this](beast::error_code ec) {
+      if (ec || stopping) return;
+      if (shared->freed_bytes.load() >= kTrimAfterFreedBytes) {
+        shared->freed_bytes = 0;
+#if defined(__GLIBC__)
+        malloc_trim(0);
+#endif
+      }
+      give_memory_back_periodically();
+    });
+  }
+  static constexpr size_t kTrimAfterFreedBytes = size_t{4} << 20;
 
   void accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
@@ -129,7 +154,7 @@ struct HttpTransport::Impl {
   std::shared_ptr<TransportShared> shared;
   int io_threads;
   tcp::acceptor acceptor;
-  net::steady_timer retry_timer;
+  net::steady_timer retry_timer, trim_timer;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> guard;
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
@@ -162,7 +187,10 @@ int HttpTransport::port() const { return impl_->port; }
 void HttpTransport::start() {
   Impl& m = *impl_;
   m.guard.emplace(m.ioc.get_executor());
-  net::post(m.acceptor.get_executor(), [&m] { m.accept(); });
+  net::post(m.acceptor.get_executor(), [&m] {
+    m.accept();
+    m.give_memory_back_periodically();
+  });
   for (int i = 0; i < m.io_threads; i++) m.threads.emplace_back([&m] { m.ioc.run(); });
 }
 
@@ -176,6 +204,7 @@ void HttpTransport::stop() {
     beast::error_code ignored;
     m.acceptor.close(ignored);
     m.retry_timer.cancel();
+    m.trim_timer.cancel();
   });
   std::vector<std::shared_ptr<Session>> live;
   {
@@ -197,6 +226,8 @@ void HttpTransport::stop() {
   m.threads.clear();
   m.pool->close_and_join();
 }
+
+size_t HttpTransport::unsent_answer_bytes() const { return impl_->shared->unsent_bytes.load(); }
 
 std::shared_ptr<WorkQueue> HttpTransport::work_queue() const { return impl_->pool; }
 

@@ -2,7 +2,9 @@
 // served asynchronously by a few io threads, so idle or slow connections cost memory, not
 // threads. Every connection has deadlines (the whole header, the body, keep-alive idleness, each
 // write), the header and body limits are enforced while parsing (chunked bodies too), pipelined
-// requests are answered in order, and connections past a maximum get a quick 503.
+// requests are answered in order, and connections past a maximum get a quick 503. A request
+// whose framing is uncertain (RFC 9112) is refused and its connection closed, and the answers
+// waiting for slow or absent readers are bounded across all connections.
 //
 // Handlers see a small interface: HttpRequest in, a ResponseWriter out. Work that may take time
 // runs on a separate worker pool, never on an io thread.
@@ -37,6 +39,12 @@ struct HttpLimits {
   std::chrono::milliseconds idle_timeout{30'000};    // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{30'000};   // one write (up to the cap below) unfinished: the client is gone
   size_t max_pending_write_bytes = 1u << 20;         // unsent output past this: the client is gone
+  // Answers waiting to be sent, all connections together (whole answers and stream chunks, from
+  // the handler's respond() until the socket takes them): past it, new requests get a quick 503
+  // with Retry-After before any work, and an answer made meanwhile is replaced by one. Without
+  // it, 60 clients that never read could each pin a 21 MB /detokenize answer (1.3 GB).
+  size_t max_unsent_answer_bytes = size_t{256} << 20;
+  size_t max_answer_bytes = size_t{64} << 20;  // one non-streamed answer: past it, a 500 instead (also bounds the overshoot above)
   // The kernel's send buffer per socket (0: its own autotuning, up to tcp_wmem's 4 MiB). Fixed
   // and modest, it bounds the kernel memory a client that stops reading can pin, and how much
   // output it can swallow before the write deadline notices it.
@@ -120,6 +128,7 @@ class HttpTransport {
   void stop();
   std::shared_ptr<WorkQueue> work_queue() const;
   int open_connections() const;
+  size_t unsent_answer_bytes() const;  // answers waiting for their clients, all connections (HttpLimits::max_unsent_answer_bytes)
 
   struct Impl;
 
@@ -128,7 +137,8 @@ class HttpTransport {
 };
 
 // The bytes of a whole response (status line, fields, body); exposed for tests.
-std::string serialize_response(const HttpResponse& r, bool keep_alive);
+// `with_body` false: the fields only, Content-Length still the body's (the answer to HEAD).
+std::string serialize_response(const HttpResponse& r, bool keep_alive, bool with_body = true);
 const char* status_reason(int status);
 
 }  // namespace tandem::server

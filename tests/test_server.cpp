@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "server/access_policy.h"
 #include "server/chat_page.h"
+#include "server/http_framing.h"
 #include "server/http_server.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
@@ -301,6 +302,7 @@ class TestHandler : public HttpHandler {
   std::atomic<bool> gone_seen{false};
   std::shared_ptr<ResponseWriter> held;
   std::mutex mu;
+  size_t big_answer_bytes = 1u << 20;  // the answer to /big
 
   std::optional<HttpResponse> check_header(const HttpRequest& r) override {
     if (r.path() == "/refuse") return HttpResponse{401, "application/json", R"({"error":"no"})", {}, false};
@@ -313,6 +315,7 @@ class TestHandler : public HttpHandler {
   void handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) override {
     bodies_read++;
     if (r.path() == "/throw") throw std::runtime_error("boom");
+    if (r.path() == "/big") return w->respond({200, "text/plain", std::string(big_answer_bytes, 'x'), {}, false});
     if (r.path() == "/stream") {
       w->begin_stream(200, "text/event-stream", {});
       for (const char* c : {"one", "two", "three"}) w->write(c);
@@ -523,6 +526,171 @@ TEST_F(TransportFixture, ClientThatLeavesIsNoticedAndStopDoesNotWait) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
   EXPECT_FALSE(t->work_queue()->post([] {}));  // the worker door is closed
   ::close(stuck);
+}
+
+HttpRequest header_of(std::string method, int version, HttpHeaders h) { return HttpRequest{std::move(method), "/x", version, std::move(h), "", nullptr}; }
+
+int framing_status(std::string method, HttpHeaders h, int version = 11) {
+  const auto r = check_framing(header_of(std::move(method), version, std::move(h)));
+  return r ? r->status : 0;
+}
+
+TEST(HttpFraming, BodyLengthHostMethodExpect) {
+  const HttpHeaders host = {{"Host", "x"}};
+  auto with = [&](HttpHeaders more) {
+    HttpHeaders h = host;
+    h.insert(h.end(), more.begin(), more.end());
+    return h;
+  };
+  EXPECT_EQ(framing_status("GET", host), 0);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "chunked"}})), 0);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", " Chunked "}})), 0);
+  EXPECT_EQ(framing_status("POST", with({{"Content-Length", "5"}})), 0);
+  // chunked must be the final coding, once, alone with no Content-Length, on HTTP/1.1.
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "chunked, identity"}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "identity"}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", ""}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "chunked;x=1"}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "chunked, chunked"}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "chunked"}, {"Content-Length", "5"}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "chunked"}}), 10), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "gzip, chunked"}})), 501);  // well framed, not decoded
+  EXPECT_EQ(framing_status("POST", with({{"Transfer-Encoding", "gzip"}, {"Transfer-Encoding", "chunked"}})), 501);  // lines combine
+  // One Host; none is fine on HTTP/1.0 only.
+  EXPECT_EQ(framing_status("GET", {{"Host", "x"}, {"host", "y"}}), 400);
+  EXPECT_EQ(framing_status("GET", {{"Host", "x, y"}}), 400);
+  EXPECT_EQ(framing_status("GET", {}), 400);
+  EXPECT_EQ(framing_status("GET", {}, 10), 0);
+  // Unknown methods (case matters) are 501; known ones are left to the handler (405 or routed).
+  EXPECT_EQ(framing_status("FOOBAR", host), 501);
+  EXPECT_EQ(framing_status("get", host), 501);
+  for (const char* m : {"HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "CONNECT"}) EXPECT_EQ(framing_status(m, host), 0) << m;
+  EXPECT_EQ(framing_status("POST", with({{"Expect", "100-Continue"}})), 0);
+  EXPECT_EQ(framing_status("POST", with({{"Expect", "999-bogus"}})), 417);
+  EXPECT_EQ(framing_status("POST", with({{"Expect", "100-continue, x"}})), 417);
+}
+
+// The status codes of every response in `s`, in order (bodies skipped by their Content-Length).
+std::vector<int> statuses_of(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (s.compare(pos, 9, "HTTP/1.1 ") == 0) {
+    out.push_back(std::atoi(s.c_str() + pos + 9));
+    const size_t end = s.find("\r\n\r\n", pos);
+    if (end == std::string::npos) break;
+    const size_t cl = s.find("Content-Length: ", pos);
+    pos = end + 4 + (cl < end ? std::strtoul(s.c_str() + cl + 16, nullptr, 10) : 0);
+  }
+  return out;
+}
+
+TEST_F(TransportFixture, FramingErrorsCloseTheConnection) {
+  start(small());
+  // Each is answered, the connection closed, and the bytes after the header (a whole request,
+  // as a smuggler would send) never answered.
+  const std::string smuggled = "GET /inline HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::pair<std::string, int> cases[] = {
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400},
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 36\r\n\r\n", 400},
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\nContent-Length: 3\r\n\r\n", 400},
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+      {"GET /inline HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400},
+      {"GET /inline HTTP/1.1\r\n\r\n", 400},
+      {"FOOBAR /inline HTTP/1.1\r\nHost: x\r\n\r\n", 501},
+      {"POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 999-bogus\r\nContent-Length: 36\r\n\r\n", 417},
+  };
+  for (const auto& [head, status] : cases) {
+    const int fd = dial(t->port());
+    send_all(fd, head + smuggled);
+    const std::string got = read_until_quiet(fd, 1000);
+    EXPECT_EQ(statuses_of(got), std::vector<int>{status}) << head << got;
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << head;
+    EXPECT_TRUE(closed_by_peer(fd, 500)) << head;
+    ::close(fd);
+  }
+  EXPECT_EQ(handler.bodies_read.load(), 0);
+  // An unknown Expect is refused before the body is sent (417 at once, not a body deadline).
+  const int fd = dial(t->port());
+  const auto t0 = std::chrono::steady_clock::now();
+  send_all(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 999-bogus\r\nContent-Length: 1000\r\n\r\n");
+  EXPECT_EQ(read_until_quiet(fd, 300).substr(0, 12), "HTTP/1.1 417");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
+  ::close(fd);
+}
+
+TEST_F(TransportFixture, HeadAnswersWithoutTheBody) {
+  start(small());
+  const int fd = dial(t->port());
+  send_all(fd, "HEAD /inline HTTP/1.1\r\nHost: x\r\n\r\nGET /inline HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = read_until_quiet(fd, 500);
+  const size_t second = got.find("HTTP/1.1 200", 1);
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_EQ(got.substr(0, second).find("inline"), std::string::npos) << got;  // no body after HEAD's fields
+  EXPECT_NE(got.substr(0, second).find("Content-Length: 6"), std::string::npos) << got;  // but the GET's length
+  EXPECT_NE(got.find("inline", second), std::string::npos);
+  ::close(fd);
+}
+
+// A client that sends its request and never reads (its receive window as small as the kernel allows).
+int dial_never_reading(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int small_window = 1024;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small_window, sizeof small_window);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, (sockaddr*)&a, sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(TransportFixture, UnsentAnswersAreBoundedAcrossConnections) {
+  HttpLimits l = small();
+  l.socket_send_buffer = 4096;
+  l.max_unsent_answer_bytes = 1u << 20;
+  l.max_answer_bytes = 3u << 20;
+  handler.big_answer_bytes = 2u << 20;
+  start(l);
+  // A's 2 MiB answer is admitted (the budget was free) and waits: the kernel takes a few KiB.
+  const int a = dial_never_reading(t->port());
+  send_all(a, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+  for (int i = 0; i < 200 && t->unsent_answer_bytes() < (1u << 20); i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GT(t->unsent_answer_bytes(), size_t{1} << 20);
+  // Past the budget a new request gets a quick 503 with Retry-After, before its handler runs.
+  const int before = handler.bodies_read.load();
+  int b = dial(t->port());
+  send_all(b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+  std::string got = read_until_quiet(b, 500);
+  EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 503");
+  EXPECT_NE(got.find("Retry-After: 1\r\n"), std::string::npos);
+  EXPECT_EQ(handler.bodies_read.load(), before);
+  ::close(b);
+  // Once A leaves, its share comes back and requests are served again.
+  ::close(a);
+  for (int i = 0; i < 200 && t->unsent_answer_bytes() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(t->unsent_answer_bytes(), 0u);
+  b = dial(t->port());
+  send_all(b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+  EXPECT_EQ(read_until_quiet(b, 500).substr(0, 12), "HTTP/1.1 200");
+  ::close(b);
+  // An answer past max_answer_bytes is not sent at all: a 500 says why.
+  handler.big_answer_bytes = 4u << 20;
+  b = dial(t->port());
+  send_all(b, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+  got = read_until_quiet(b, 1000);
+  EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 500");
+  EXPECT_NE(got.find("more than the 3145728"), std::string::npos) << got.substr(0, 300);
+  ::close(b);
+  // A reading client gets its whole answer, and the budget is all given back after it.
+  handler.big_answer_bytes = 2u << 20;
+  b = dial(t->port());
+  send_all(b, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_GT(read_until_quiet(b, 1000).size(), size_t{2} << 20);
+  ::close(b);
+  EXPECT_EQ(t->unsent_answer_bytes(), 0u);
 }
 
 }  // namespace
