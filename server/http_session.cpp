@@ -26,6 +26,14 @@ HttpResponse busy_answer() {
 
 // An output buffer past this is freed once written rather than kept for the connection's life.
 constexpr size_t kKeptBufferBytes = 64u << 10;
+
+// A client that has not taken a 64 KiB piece of its answer in this long, while the unsent budget
+// is spent, is taken for one that does not read (32 KiB/s: slower than any live link).
+constexpr int64_t kStalledWriteMs = 2000;
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 // A handler's view of its connection. It holds the session weakly: a request the engine still
@@ -95,6 +103,22 @@ std::shared_ptr<const void> reserve_body_bytes(const std::shared_ptr<TransportSh
     if (cur + n > shared->limits.max_inflight_body_bytes) return nullptr;
   } while (!shared->body_bytes.compare_exchange_weak(cur, cur + n));
   return std::shared_ptr<const void>(shared.get(), [shared, n](const void*) { shared->body_bytes -= n; });
+}
+
+void shed_stalled_writers(const std::shared_ptr<TransportShared>& shared) {
+  const int64_t now = steady_ms();
+  int64_t last = shared->last_shed_ms.load();
+  if (now - last < 250 || !shared->last_shed_ms.compare_exchange_strong(last, now)) return;
+  std::vector<std::shared_ptr<Session>> stalled;
+  {
+    std::lock_guard<std::mutex> l(shared->mu);
+    for (auto& w : shared->sessions) {
+      auto s = w.lock();
+      const int64_t since = s ? s->write_waiting_since_ms.load() : 0;
+      if (since > 0 && now - since >= kStalledWriteMs) stalled.push_back(std::move(s));
+    }
+  }
+  for (auto& s : stalled) net::post(s->executor(), [s] { s->close(); });
 }
 
 Session::Session(tcp::socket socket, std::shared_ptr<TransportShared> shared)
@@ -307,10 +331,16 @@ void Session::maybe_dispatch() {
   if (now) return writer_respond(active_.get(), std::move(*now));
   // Decided before any work, as the body budget is (here and again when a worker takes it up,
   // as the queue may be long): the answer would have nowhere to wait.
-  if (shared_->over_unsent_budget()) return writer_respond(active_.get(), busy_answer());
+  if (shared_->over_unsent_budget()) {
+    shed_stalled_writers(shared_);
+    return writer_respond(active_.get(), busy_answer());
+  }
   auto w = active_;
   const bool posted = shared_->work->post([shared = shared_, req = std::move(p.req), w]() mutable {
-    if (shared->over_unsent_budget()) return w->respond(busy_answer());
+    if (shared->over_unsent_budget()) {
+      shed_stalled_writers(shared);
+      return w->respond(busy_answer());
+    }
     try {
       shared->handler.handle(std::move(req), w);
     } catch (const std::exception&) {
@@ -331,7 +361,10 @@ void Session::writer_respond(Writer* w, HttpResponse r) {
   r = HttpResponse{};  // its body is copied: free it before the bytes wait for the client
   // Error answers are small and always go out.
   const bool reserved = admit_unsent(bytes.size());
-  if (!reserved) bytes = serialize_response(busy_answer(), keep, !p.head);
+  if (!reserved) {
+    shed_stalled_writers(shared_);
+    bytes = serialize_response(busy_answer(), keep, !p.head);
+  }
   append(std::move(bytes), reserved);
   complete_slot(keep);
 }
@@ -445,8 +478,10 @@ void Session::flush() {
     if (!ec && self->writing_now_ && self->write_timer_.expiry() <= net::steady_timer::clock_type::now()) self->close();
   });
   const size_t n = std::min<size_t>(writing_.size() - write_off_, 65536);
+  write_waiting_since_ms = steady_ms();
   net::async_write(socket_, net::buffer(writing_.data() + write_off_, n), [self = shared_from_this()](beast::error_code ec, size_t done) {
     self->writing_now_ = false;
+    self->write_waiting_since_ms = 0;
     self->write_timer_.cancel();
     if (self->closed_) return self->drop_written();
     if (ec) return self->close();

@@ -39,11 +39,17 @@ struct TransportShared {
   std::atomic<size_t> unsent_bytes{0};  // in the sessions' out_ and writing_, not yet written (max_unsent_answer_bytes)
   std::atomic<size_t> freed_bytes{0};   // large output buffers freed since the transport last gave memory back
   bool over_unsent_budget() const { return unsent_bytes.load() >= limits.max_unsent_answer_bytes; }
+  std::atomic<int64_t> last_shed_ms{0};  // when shed_stalled_writers last walked the sessions
 };
 
 // Reserves `n` bytes of the in-flight body budget; null when it would pass the limit. The
 // reservation ends with the last copy of the returned pointer.
 std::shared_ptr<const void> reserve_body_bytes(const std::shared_ptr<TransportShared>& shared, size_t n);
+
+// With the unsent budget spent: closes the connections whose client has not taken a write for a
+// while (kStalledWriteMs, well under write_timeout), so that clients that never read free the
+// budget for those that do. At most once per 250 ms; any thread.
+void shed_stalled_writers(const std::shared_ptr<TransportShared>& shared);
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -60,6 +66,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void writer_write(Writer* w, std::string chunk);
   void writer_end(Writer* w);
   net::any_io_executor executor() { return socket_.get_executor(); }
+  // Since when (steady ms) the write in flight (a piece of at most 64 KiB) has waited; 0: none.
+  std::atomic<int64_t> write_waiting_since_ms{0};
 
  private:
   enum class ReadPhase { None, Idle, Header, Body, Drain };

@@ -99,9 +99,9 @@ struct HttpTransport::Impl {
         retry_timer(acceptor.get_executor()), trim_timer(acceptor.get_executor()) {}
 
   // Large answers freed (a client that never read, a closed connection) go back to the system:
-  // glibc keeps freed heap memory once its dynamic mmap threshold has grown past the answers'
-  // size, so without this RSS stays at its peak after the clients left. Batched: one trim for
-  // all that was freed in the last half second.
+  // those past HttpLimits::malloc_mmap_threshold at once, the heap's free pages (smaller answers,
+  // fragments, other threads' arenas) by this trim. Batched: one trim for all that was freed in
+  // the last half second.
   void give_memory_back_periodically() {
     trim_timer.expires_after(std::chrono::milliseconds(500));
     trim_timer.async_wait([this](beast::error_code ec) {
@@ -186,6 +186,9 @@ int HttpTransport::port() const { return impl_->port; }
 
 void HttpTransport::start() {
   Impl& m = *impl_;
+#if defined(__GLIBC__)
+  if (m.shared->limits.malloc_mmap_threshold > 0) mallopt(M_MMAP_THRESHOLD, (int)std::min<size_t>(m.shared->limits.malloc_mmap_threshold, 32u << 20));
+#endif
   m.guard.emplace(m.ioc.get_executor());
   net::post(m.acceptor.get_executor(), [&m] {
     m.accept();

@@ -45,6 +45,10 @@ struct HttpLimits {
   // it, 60 clients that never read could each pin a 21 MB /detokenize answer (1.3 GB).
   size_t max_unsent_answer_bytes = size_t{256} << 20;
   size_t max_answer_bytes = size_t{64} << 20;  // one non-streamed answer: past it, a 500 instead (also bounds the overshoot above)
+  // glibc (process-wide, set by start()): allocations from this size up are mapped and unmapped
+  // on free. glibc's own threshold grows with the largest block freed (up to 32 MiB), after which
+  // freed answers stay in the heap and RSS stays at its peak. 0: leave glibc's.
+  size_t malloc_mmap_threshold = 1u << 20;
   // The kernel's send buffer per socket (0: its own autotuning, up to tcp_wmem's 4 MiB). Fixed
   // and modest, it bounds the kernel memory a client that stops reading can pin, and how much
   // output it can swallow before the write deadline notices it.

@@ -650,6 +650,7 @@ int dial_never_reading(int port) {
 TEST_F(TransportFixture, UnsentAnswersAreBoundedAcrossConnections) {
   HttpLimits l = small();
   l.socket_send_buffer = 4096;
+  l.idle_timeout = std::chrono::milliseconds(10'000);  // (it would close A, whose answer is all queued)
   l.max_unsent_answer_bytes = 1u << 20;
   l.max_answer_bytes = 3u << 20;
   handler.big_answer_bytes = 2u << 20;
@@ -668,10 +669,17 @@ TEST_F(TransportFixture, UnsentAnswersAreBoundedAcrossConnections) {
   EXPECT_NE(got.find("Retry-After: 1\r\n"), std::string::npos);
   EXPECT_EQ(handler.bodies_read.load(), before);
   ::close(b);
-  // Once A leaves, its share comes back and requests are served again.
-  ::close(a);
+  // Once A has taken nothing for 2 s, a request refused for the budget has A's connection closed
+  // (not at write_timeout): its share comes back and requests are served again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  b = dial(t->port());
+  send_all(b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+  EXPECT_EQ(read_until_quiet(b, 500).substr(0, 12), "HTTP/1.1 503");
+  ::close(b);
   for (int i = 0; i < 200 && t->unsent_answer_bytes() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(t->unsent_answer_bytes(), 0u);
+  EXPECT_TRUE(closed_by_peer(a, 1000));
+  ::close(a);
   b = dial(t->port());
   send_all(b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
   EXPECT_EQ(read_until_quiet(b, 500).substr(0, 12), "HTTP/1.1 200");
