@@ -657,6 +657,150 @@ def connection_limit_checks(srv, key, limit):
     healthy(srv, "after the connection limit", key=key)
 
 
+# ---- issue 34: strict HTTP framing (RFC 9112) and answers nobody reads ------------------------
+
+def raw_exchange(srv, data, wait=2.0):
+    """Sends `data` on a new connection; returns (bytes received, status codes of every response
+    line in them, whether the server closed the connection)."""
+    s = connect(srv.port, timeout=wait)
+    s.sendall(data)
+    got, closed = b"", False
+    try:
+        while True:
+            more = s.recv(65536)
+            if not more:
+                closed = True
+                break
+            got += more
+    except (socket.timeout, OSError):
+        pass
+    s.close()
+    return got, [int(x) for x in re.findall(rb"(?m)^HTTP/1\.1 (\d{3}) ", got)], closed
+
+
+def attack_framing(srv):
+    """A request whose body length is uncertain is answered 400 and its connection closed: the
+    bytes after its header (here a whole request, as a smuggler sends) are never answered. One Host;
+    unknown methods 501; an Expect the server cannot meet 417, before the body."""
+    host = srv.host
+    smuggled = request_bytes("GET", "/v1/models", host)
+    post = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    cases = [
+        ("Transfer-Encoding: chunked, identity", post + "Transfer-Encoding: chunked, identity\r\n\r\n", 400),
+        ("Transfer-Encoding: identity", post + "Transfer-Encoding: identity\r\n\r\n", 400),
+        ("Transfer-Encoding + Content-Length", post + f"Transfer-Encoding: chunked\r\nContent-Length: {len(smuggled)}\r\n\r\n", 400),
+        ("Content-Length + Transfer-Encoding", post + f"Content-Length: {len(smuggled)}\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("two Content-Lengths", post + f"Content-Length: 2\r\nContent-Length: {len(smuggled)}\r\n\r\n", 400),
+        ("Transfer-Encoding: gzip, chunked", post + "Transfer-Encoding: gzip, chunked\r\n\r\n", 501),
+        ("two Host lines", f"GET /health HTTP/1.1\r\nHost: {host}\r\nHost: evil.example\r\n\r\n", 400),
+        ("no Host on HTTP/1.1", "GET /health HTTP/1.1\r\n\r\n", 400),
+        ("method FOOBAR", f"FOOBAR /health HTTP/1.1\r\nHost: {host}\r\n\r\n", 501),
+        ("Expect: 999-bogus", post + f"Expect: 999-bogus\r\nContent-Length: {len(smuggled)}\r\n\r\n", 417),
+    ]
+    for label, head, want in cases:
+        got, statuses, closed = raw_exchange(srv, head.encode() + smuggled)
+        check(statuses == [want] and closed and b'"list"' not in got,
+              f"framing: {label} -> {statuses} (want [{want}]), connection {'closed' if closed else 'OPEN'}, "
+              f"smuggled request {'ANSWERED' if b'list' in got else 'not answered'}")
+    # The 417 comes before the body is sent (not after a body deadline), and the 501 before routing.
+    s = connect(srv.port, timeout=5)
+    t = time.time()
+    s.sendall((post + "Expect: 999-bogus\r\nContent-Length: 100000\r\n\r\n").encode())
+    try:
+        st = Reader(s).response()[0]
+    except Exception as e:
+        st = str(e)
+    s.close()
+    check(st == 417 and time.time() - t < 1, f"framing: Expect: 999-bogus with the body unsent -> {st} in {(time.time() - t) * 1000:.0f} ms")
+    st, _, _ = http(srv, "FOOBAR", "/nope")
+    check(st == 501, f"framing: FOOBAR /nope -> {st}")
+    for method, want in (("PUT", 405), ("DELETE", 405), ("PATCH", 405)):
+        st, _, _ = http(srv, method, "/v1/completions")
+        check(st == want, f"framing: a known method not routed, {method} /v1/completions -> {st}")
+    # What stays allowed: HTTP/1.0 without Host, an Expect: 100-continue in any case, HEAD without a body.
+    _, statuses, _ = raw_exchange(srv, b"GET /health HTTP/1.0\r\n\r\n")
+    check(statuses == [200], f"framing: HTTP/1.0 without Host -> {statuses}")
+    st, _, raw = http(srv, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1}, headers={"Expect": "100-Continue"})
+    check(st == 200, f"framing: Expect: 100-Continue -> {st}")
+    got, statuses, closed = raw_exchange(srv, request_bytes("HEAD", "/health", host) + request_bytes("GET", "/health", host), wait=1.0)
+    check(statuses == [200, 200] and got.count(b'{"status":"ok"}') == 1 and not closed,
+          f"framing: HEAD /health then GET on one connection -> {statuses}, one body (the GET's)")
+    healthy(srv, "after framing attacks")
+
+
+def attack_unread_answers(srv):
+    """60 clients each ask /detokenize for a 21 MB answer (a 1.8 MiB request) and never read it.
+    The answers waiting are bounded across connections (256 MiB): the rest get a quick 503 with
+    Retry-After, RSS stays bounded (unbounded it grew by 1.3 GB), and the memory is given back to
+    the system once the clients are gone (it was kept)."""
+    st, _, raw = http(srv, "POST", "/tokenize", {"content": "#" * 80})
+    ids = json.loads(raw)["tokens"] if st == 200 else []
+    if not check(len(ids) == 1, f"unread answers: '#' x 80 is one token ({ids})"):
+        return
+    body = json.dumps({"tokens": ids * (1 << 18)}).encode()  # 262,144 tokens of 80 bytes: 21 MB of text
+    time.sleep(1.0)
+    rss_before = srv.rss_mb()
+    peak = [rss_before]
+    sampling = threading.Event()
+
+    def sample():
+        while not sampling.is_set():
+            peak[0] = max(peak[0], srv.rss_mb())
+            time.sleep(0.02)
+    threading.Thread(target=sample, daemon=True).start()
+    socks = []
+    for _ in range(60):
+        s = connect(srv.port, timeout=10, rcvbuf=4096)
+        s.sendall(request_bytes("POST", "/detokenize", srv.host, body))
+        socks.append(s)
+    time.sleep(1.5)
+    t = time.time()
+    st, _, _ = http(srv, "GET", "/health", timeout=HEALTH_BOUND_S + 5)
+    dt = time.time() - t
+    check(st == 200 and dt < HEALTH_BOUND_S, f"unread answers: /health meanwhile {st} in {dt * 1000:.1f} ms")
+    # A client that does read: a quick 503 while the budget is spent, then (the stalled clients cut
+    # off) its answer, retrying as Retry-After says.
+    t, tries, st = time.time(), [], None
+    while st != 200 and time.time() - t < COMPLETION_BOUND_S:
+        try:
+            st, h, raw = http(srv, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0},
+                              timeout=COMPLETION_BOUND_S + 5)
+        except Exception as e:
+            st, h = str(e), {}
+        tries.append(st)
+        if st == 503:
+            time.sleep(float(h.get("retry-after", "1")))
+    dt = time.time() - t
+    check(st == 200 and dt < COMPLETION_BOUND_S, f"unread answers: a completion meanwhile {tries} in {dt:.2f} s")
+    busy = retry_after = 0
+    for s in socks:
+        s.settimeout(2)
+        try:
+            head = s.recv(4096)
+        except (socket.timeout, OSError):
+            continue
+        if head.startswith(b"HTTP/1.1 503"):
+            busy += 1
+            retry_after += b"\r\nRetry-After: " in head
+    sampling.set()
+    grew = peak[0] - rss_before
+    check(busy >= 30 and retry_after == busy, f"unread answers: {busy} of 60 got a quick 503 ({retry_after} with Retry-After)")
+    scale = srv.rss_bound_mb / RSS_GROWTH_BOUND_MB  # ASan
+    check(grew < 700 * scale, f"unread answers: RSS grew {grew:.0f} MB at most ({rss_before:.0f} -> {peak[0]:.0f} MB; "
+                      f"bounded by the 256 MiB budget, the bodies and the answers being made; 60 x 21 MB unbounded)")
+    for s in socks:
+        s.close()
+    rss_after = srv.rss_mb()
+    for _ in range(20):  # the server notices the closes, frees the answers, gives the memory back (every 0.5 s)
+        if rss_after - rss_before < 48 * scale:
+            break
+        time.sleep(0.25)
+        rss_after = srv.rss_mb()
+    check(rss_after - rss_before < 48 * scale, f"unread answers: RSS back to {rss_after:.0f} MB after the clients closed "
+                                       f"(before {rss_before:.0f}, peak {peak[0]:.0f} MB)")
+    healthy(srv, "after 60 unread 21 MB answers")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", required=True)
@@ -670,7 +814,8 @@ def main():
     try:
         healthy(srv, "baseline")
         for attack in (attack_utf8, attack_nesting, attack_slow_and_idle, attack_pipelining, attack_limits, attack_body_budget, attack_stuck_reader,
-                       attack_vanishing, attack_origin):
+                       attack_vanishing, attack_origin, attack_framing,
+                       attack_unread_answers):
             t = time.time()
             attack(srv)
             print(f"     [{attack.__name__}: {time.time() - t:.1f} s]")
