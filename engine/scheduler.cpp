@@ -100,7 +100,7 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
     if (!opts_.masker) return make_error("constrained decoding needs the vocabulary's token masker (SchedulerOptions::masker)");
     if ((int64_t)opts_.masker->n_vocab() != model_.config().n_vocab)
       return make_error("the token masker has {} tokens; the model {}", opts_.masker->n_vocab(), model_.config().n_vocab);
-    auto m = grammar::Matcher::create(p.grammar);
+    auto m = grammar::Matcher::create(p.grammar, opts_.masker->budget().state);
     if (!m.ok()) return m.error();
     matcher = std::move(m.value());
   }
@@ -611,7 +611,9 @@ bool Scheduler::emit(Seq& s, int32_t tok, std::span<const float> row, std::vecto
     sentence_complete = ok && s.matcher->must_end();
     stats_.mask_s += t.seconds();
     if (!ok) {
-      finish(s, FinishReason::Error, fmt::format("token {} does not continue the grammar's sentence", tok));
+      const std::string over = s.matcher->budget_error();
+      if (!over.empty()) opts_.masker->forget(&s.matcher->grammar());  // its states are done with
+      finish(s, FinishReason::Error, !over.empty() ? over : fmt::format("token {} does not continue the grammar's sentence", tok));
       return false;
     }
   }
@@ -712,6 +714,11 @@ std::span<const uint64_t> Scheduler::allowed_tokens(Seq& s, std::shared_ptr<cons
   keep = opts_.masker->mask(*s.matcher);
   stats_.masks++;
   stats_.mask_s += t.seconds();
+  if (!keep->budget_error.empty()) {
+    opts_.masker->forget(&s.matcher->grammar());  // its states are done with
+    finish(s, FinishReason::Error, keep->budget_error);
+    return {};
+  }
   if (keep->count() == 0) {
     finish(s, FinishReason::Error, "the grammar allows no token of the vocabulary here");
     return {};

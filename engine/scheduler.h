@@ -130,6 +130,9 @@ class Scheduler {
   size_t n_running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }
   const BlockPool& pool() const { return pool_; }
+  // The vocabulary's token masker (null: constrained requests are refused); immutable, so any
+  // thread may check a grammar with it before submitting (TokenMasker::check_start).
+  std::shared_ptr<const grammar::TokenMasker> masker() const { return opts_.masker; }
 
  private:
   struct Seq;

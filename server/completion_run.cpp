@@ -386,8 +386,15 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   if (pr.constraint.kind != ParsedRequest::OutputConstraint::Kind::None) {
     auto g = compile_constraint(pr.constraint);
     const std::string& n = pr.constraint.name;
-    if (!g.ok())
-      return reject(400, fmt::format("{}: {}", n == "grammar" || n == "tool_choice" ? "'" + n + "'" : "response_format", g.error().message),
+    // A grammar that compiles can still be unusable: its start past the grammar budget, or no
+    // token of the vocabulary able to begin it. Both are the request's fault: a 400 here, not
+    // an error once it runs (the check warms the mask cache for the first token).
+    const auto masker = ctx.loop.masker();
+    Status usable = g.ok() && masker ? masker->check_start(g.value()) : Status::Ok();
+    if (!g.ok() || !usable.ok())
+      return reject(400,
+                    fmt::format("{}: {}", n == "grammar" || n == "tool_choice" ? "'" + n + "'" : "response_format",
+                                !g.ok() ? g.error().message : usable.error().message),
                     n == "grammar" ? "grammar" : n == "tool_choice" ? "tool_choice" : "response_format");
     constraint = g.value();
   }

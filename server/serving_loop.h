@@ -27,6 +27,9 @@ class ServingLoop {
   void cancel(int64_t id);
   // Blocks until nothing is waiting or running (tests).
   void wait_idle();
+  // The scheduler's token masker (immutable; any thread may use it): workers check a request's
+  // grammar with it before submitting, so a grammar that cannot start is a 400.
+  std::shared_ptr<const grammar::TokenMasker> masker() const { return sched_.masker(); }
 
  private:
   void run();

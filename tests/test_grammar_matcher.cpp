@@ -147,8 +147,9 @@ TEST(GrammarMatcher, AmbiguityPastTheStackBoundFailsCleanly) {
   int accepted = 0;
   while (accepted < 64 && m.accept("a")) accepted++;
   EXPECT_LT(accepted, 64);
-  EXPECT_LE(m.n_stacks(), kMaxStacks);
-  EXPECT_GT(m.n_stacks(), kMaxStacks / 4);
+  EXPECT_LE(m.n_stacks(), StateLimits{}.max_stacks);
+  EXPECT_GT(m.n_stacks(), StateLimits{}.max_stacks / 4);
+  EXPECT_NE(m.budget_error().find("max_stacks"), std::string::npos) << m.budget_error();
   // The refused byte left the state as it was: the closers still read.
   EXPECT_TRUE(m.can_accept("b"));
   EXPECT_TRUE(m.can_accept("c"));

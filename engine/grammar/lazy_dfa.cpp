@@ -4,9 +4,18 @@
 
 namespace tandem::grammar {
 
-LazyDfa::LazyDfa(const FlatGrammar& g, std::span<const int32_t> flat_state, bool truncated)
-    : arena_(g), truncated_(truncated) {
-  if (truncated) arena_.set_limits(kMaxStacks / kTruncatedMargin, kMaxSettleWork / kTruncatedMargin);
+namespace {
+StateLimits truncated_limits(StateLimits l) {
+  l.max_stacks /= kTruncatedMargin;
+  l.max_settle_work /= kTruncatedMargin;
+  l.max_state_ints /= kTruncatedMargin;
+  return l;
+}
+}  // namespace
+
+LazyDfa::LazyDfa(const FlatGrammar& g, std::span<const int32_t> flat_state, bool truncated, const StateLimits& limits,
+                 MaskBudget& budget)
+    : arena_(g, truncated ? truncated_limits(limits) : limits), truncated_(truncated), budget_(budget) {
   sets_.emplace_back();  // kDead
   escaped_.push_back(0);
   next_.assign(256, kDead);
@@ -16,7 +25,11 @@ LazyDfa::LazyDfa(const FlatGrammar& g, std::span<const int32_t> flat_state, bool
 }
 
 int32_t LazyDfa::fill(int32_t id, uint8_t b) {
+  if (budget_.exceeded()) return kDead;  // not stored: the table stays true to the grammar
   const bool ok = arena_.step(sets_[id], b, scratch_);
+  if (!ok && !truncated_)
+    budget_.fail(fmt::format("grammar budget: a token here would leave {}", describe(arena_.overflow(), arena_.limits())));
+  const size_t rows = sets_.size();
   // Past the (lowered) bounds a truncated walk cannot tell: the full state decides.
   const bool escaped = escaped_[id] || (truncated_ && (arena_.escaped() || !ok));
   int32_t next = kDead;
@@ -25,6 +38,11 @@ int32_t LazyDfa::fill(int32_t id, uint8_t b) {
   } else if (escaped) {
     next = kUncertain;
   }
+  // Sorting the new set and finding it in ids_ cost ~8 steps per stack (measured on issue 34's
+  // probe: ~20 ns per stack and fill); a new row costs its table entries and its stack set
+  // (kept twice: sets_ and ids_).
+  const size_t stored = sets_.size() > rows ? 256 + 2 * scratch_.size() : 0;
+  if (!budget_.charge(arena_.last_work() + 8 * scratch_.size() + stored)) return kDead;
   next_[(size_t)id * 256 + b] = next;
   return next;
 }

@@ -14,30 +14,33 @@ uint64_t hash_state(std::span<const int32_t> state) {
   return h;
 }
 
-Matcher::Matcher(std::shared_ptr<const FlatGrammar> flat, std::vector<int32_t> state)
-    : flat_(std::move(flat)), state_(std::move(state)), hash_(hash_state(state_)) {}
+Matcher::Matcher(std::shared_ptr<const FlatGrammar> flat, std::vector<int32_t> state, const StateLimits& limits)
+    : flat_(std::move(flat)), state_(std::move(state)), hash_(hash_state(state_)), limits_(limits) {}
 
-Result<Matcher> Matcher::create(std::shared_ptr<const Grammar> g) {
+Result<Matcher> Matcher::create(std::shared_ptr<const Grammar> g, const StateLimits& limits) {
   auto flat = FlatGrammar::build(std::move(g));
   if (!flat) return flat.error();
-  StackArena arena(**flat);
+  StackArena arena(**flat, limits);
   std::vector<int32_t> tops;
   if (!arena.start(tops))
-    return make_error(
-        "grammar ({}): its start has more than {} parses at once or expands without end (an ambiguous or "
-        "left-recursive grammar)",
-        (*flat)->source->source, kMaxStacks);
+    return make_error("grammar ({}): its start passes the grammar budget: {} (an ambiguous or left-recursive grammar)",
+                      (*flat)->source->source, describe(arena.overflow(), limits));
   if (tops.empty()) return make_error("grammar ({}): matches no text at all", (*flat)->source->source);
   auto state = arena.flatten(tops);
-  return Matcher(std::move(*flat), std::move(state));
+  return Matcher(std::move(*flat), std::move(state), limits);
 }
 
-bool Matcher::advance(std::string_view bytes, std::vector<int32_t>& state) const {
-  StackArena arena(*flat_);
+bool Matcher::advance(std::string_view bytes, std::vector<int32_t>& state, Overflow& overflow) const {
+  StackArena arena(*flat_, limits_);
   std::vector<int32_t> cur, next;
   arena.unflatten(state_, cur);
+  overflow = Overflow::None;
   for (char c : bytes) {
-    if (!arena.step(cur, (uint8_t)c, next) || next.empty()) return false;
+    if (!arena.step(cur, (uint8_t)c, next)) {
+      overflow = arena.overflow();
+      return false;
+    }
+    if (next.empty()) return false;
     std::swap(cur, next);
   }
   state = arena.flatten(cur);
@@ -45,9 +48,15 @@ bool Matcher::advance(std::string_view bytes, std::vector<int32_t>& state) const
 }
 
 bool Matcher::accept(std::string_view bytes) {
+  budget_error_.clear();
   if (bytes.empty()) return true;
   std::vector<int32_t> next;
-  if (!advance(bytes, next)) return false;
+  Overflow overflow;
+  if (!advance(bytes, next, overflow)) {
+    if (overflow != Overflow::None)
+      budget_error_ = fmt::format("grammar budget: the text so far leaves {}", describe(overflow, limits_));
+    return false;
+  }
   state_ = std::move(next);
   hash_ = hash_state(state_);
   return true;
@@ -56,7 +65,8 @@ bool Matcher::accept(std::string_view bytes) {
 bool Matcher::can_accept(std::string_view bytes) const {
   if (bytes.empty()) return true;
   std::vector<int32_t> next;
-  return advance(bytes, next);
+  Overflow overflow;
+  return advance(bytes, next, overflow);
 }
 
 // The flat state is sorted, so the empty stack (length 0) comes first when present.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,14 +23,16 @@ namespace tandem::grammar {
 class Matcher {
  public:
   // The grammar should have passed validate(). Errors: a reference out of range, a rule without
-  // alternatives, or a start that passes the stack bounds (more than kMaxStacks parses at once:
-  // an ambiguous grammar, or left recursion).
-  static Result<Matcher> create(std::shared_ptr<const Grammar> g);
+  // alternatives, or a start that passes `limits` (too many parses at once: an ambiguous
+  // grammar, or left recursion).
+  static Result<Matcher> create(std::shared_ptr<const Grammar> g, const StateLimits& limits = {});
 
   // Advances over `bytes`; false, with the state unchanged, when they cannot continue a sentence
-  // (or a byte would leave more than kMaxStacks parses at once).
+  // or a byte would pass the state limits (then budget_error() says which, else it is empty).
   bool accept(std::string_view bytes);
-  bool can_accept(std::string_view bytes) const;
+  bool can_accept(std::string_view bytes) const;  // false also past the limits
+  const std::string& budget_error() const { return budget_error_; }
+  const StateLimits& limits() const { return limits_; }
   bool can_end() const;   // the bytes so far are a complete sentence
   bool must_end() const;  // can_end() and no byte can follow
   const Grammar& grammar() const { return *flat_->source; }
@@ -42,13 +45,16 @@ class Matcher {
   size_t n_stacks() const;
 
  private:
-  Matcher(std::shared_ptr<const FlatGrammar> flat, std::vector<int32_t> state);
-  // The state after `bytes`; false when they cannot continue a sentence.
-  bool advance(std::string_view bytes, std::vector<int32_t>& state) const;
+  Matcher(std::shared_ptr<const FlatGrammar> flat, std::vector<int32_t> state, const StateLimits& limits);
+  // The state after `bytes`; false when they cannot continue a sentence or pass the limits
+  // (`overflow` says which).
+  bool advance(std::string_view bytes, std::vector<int32_t>& state, Overflow& overflow) const;
 
   std::shared_ptr<const FlatGrammar> flat_;
   std::vector<int32_t> state_;  // StackArena::flatten's form
   uint64_t hash_ = 0;
+  StateLimits limits_;
+  std::string budget_error_;  // why the last accept() failed, when a limit was the reason
 };
 
 // The hash Matcher::state_hash gives a flat state.

@@ -48,9 +48,9 @@ Result<std::shared_ptr<const FlatGrammar>> FlatGrammar::build(std::shared_ptr<co
   return std::shared_ptr<const FlatGrammar>(std::move(flat));
 }
 
-StackArena::StackArena(const FlatGrammar& g) : g_(g), max_work_(kMaxSettleWork) {
-  nodes_.push_back(Node{-1, -1});  // kEmpty
-  nodes_.push_back(Node{-1, -1});  // kBottom
+StackArena::StackArena(const FlatGrammar& g, const StateLimits& limits) : g_(g), limits_(limits) {
+  nodes_.push_back(Node{-1, -1, 0});  // kEmpty
+  nodes_.push_back(Node{-1, -1, 0});  // kBottom
   index_keys_.assign(256, ~0ull);
   index_ids_.assign(256, -1);
 }
@@ -80,16 +80,31 @@ int32_t StackArena::intern(int32_t pos, int32_t parent) {
     s = (s + 1) & mask;
   }
   const auto id = (int32_t)nodes_.size();
-  nodes_.push_back(Node{pos, parent});
+  nodes_.push_back(Node{pos, parent, nodes_[parent].depth + 1});
   index_keys_[s] = key;
   index_ids_[s] = id;
   return id;
 }
 
+int32_t StackArena::push(int32_t pos, int32_t parent) {
+  if ((size_t)nodes_[parent].depth >= limits_.max_depth) {
+    overflow_ = Overflow::Depth;
+    return -1;
+  }
+  return intern(pos, parent);
+}
+
 bool StackArena::settle(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth) {
   // Both bounds are far past what a sensible grammar needs; a depth past the first is left
   // recursion that validate() did not see (the matcher would otherwise recurse forever).
-  if (depth > kMaxSettleDepth || ++work_ > max_work_) return false;
+  if (depth > kMaxSettleDepth) {
+    overflow_ = Overflow::SettleDepth;
+    return false;
+  }
+  if (++work_ > limits_.max_settle_work) {
+    overflow_ = Overflow::SettleWork;
+    return false;
+  }
   const FlatGrammar::Slot& slot = g_.slots[pos];
   switch (slot.kind) {
     case FlatGrammar::Kind::End:
@@ -104,10 +119,15 @@ bool StackArena::settle(int32_t pos, int32_t parent, std::vector<int32_t>& out, 
       return settle(nodes_[parent].pos, nodes_[parent].parent, out, depth + 1);
     case FlatGrammar::Kind::Bytes:
       // A top that matches no byte is a dead end, not a stack.
-      if ((slot.bytes[0] | slot.bytes[1] | slot.bytes[2] | slot.bytes[3]) != 0) out.push_back(intern(pos, parent));
+      if ((slot.bytes[0] | slot.bytes[1] | slot.bytes[2] | slot.bytes[3]) != 0) {
+        const int32_t top = push(pos, parent);
+        if (top < 0) return false;
+        out.push_back(top);
+      }
       return true;
     case FlatGrammar::Kind::Rule: {
-      const int32_t ret = g_.slots[pos + 1].kind == FlatGrammar::Kind::End ? parent : intern(pos + 1, parent);
+      const int32_t ret = g_.slots[pos + 1].kind == FlatGrammar::Kind::End ? parent : push(pos + 1, parent);
+      if (ret < 0) return false;
       for (int32_t alt : g_.alternatives[slot.rule])
         if (!settle(alt, ret, out, depth + 1)) return false;
       return true;
@@ -116,27 +136,37 @@ bool StackArena::settle(int32_t pos, int32_t parent, std::vector<int32_t>& out, 
   return true;
 }
 
-namespace {
-bool finish(std::vector<int32_t>& out, size_t max_stacks) {
+bool StackArena::finish(std::vector<int32_t>& out) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out.size() <= max_stacks;
+  if (out.size() > limits_.max_stacks) {
+    overflow_ = Overflow::Stacks;
+    return false;
+  }
+  size_t ints = 0;  // flatten()'s size: a length and the frames of each stack
+  for (int32_t top : out) ints += 1 + (size_t)nodes_[top].depth;
+  if (ints > limits_.max_state_ints) {
+    overflow_ = Overflow::StateSize;
+    return false;
+  }
+  return true;
 }
-}  // namespace
 
 bool StackArena::start(std::vector<int32_t>& out) {
   out.clear();
   work_ = 0;
   escaped_ = false;
+  overflow_ = Overflow::None;
   for (int32_t alt : g_.alternatives[g_.root])
     if (!settle(alt, kEmpty, out, 0)) return false;
-  return finish(out, max_stacks_);
+  return finish(out);
 }
 
 bool StackArena::step(std::span<const int32_t> tops, uint8_t b, std::vector<int32_t>& out) {
   out.clear();
   work_ = 0;
   escaped_ = false;
+  overflow_ = Overflow::None;
   for (int32_t top : tops) {
     if (top == kEmpty) continue;
     if (top == kBottom) {  // a parse that goes on in frames cut off: it might read anything
@@ -147,7 +177,7 @@ bool StackArena::step(std::span<const int32_t> tops, uint8_t b, std::vector<int3
     if (!g_.slots[n.pos].matches(b)) continue;
     if (!settle(n.pos + 1, n.parent, out, 0)) return false;
   }
-  return finish(out, max_stacks_);
+  return finish(out);
 }
 
 std::vector<int32_t> StackArena::flatten(std::span<const int32_t> tops) const {

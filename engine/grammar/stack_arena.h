@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/grammar/budget.h"
 #include "engine/grammar/grammar.h"
 
 namespace tandem::grammar {
@@ -46,12 +47,6 @@ struct FlatGrammar {
   static Result<std::shared_ptr<const FlatGrammar>> build(std::shared_ptr<const Grammar> g);
 };
 
-// Bounds on one recognizer state, so an ambiguous or left-recursive grammar fails cleanly.
-inline constexpr size_t kMaxStacks = 2048;           // stacks alive at once
-inline constexpr int kMaxSettleDepth = 4096;         // expansions and pops without reading a byte
-inline constexpr size_t kMaxSettleWork = 1u << 18;   // settle steps for one byte (a grammar whose empty
-                                                     // alternatives multiply fails instead of running away)
-
 class StackArena {
  public:
   static constexpr int32_t kEmpty = 0;  // the empty stack: the sentence is complete
@@ -59,22 +54,22 @@ class StackArena {
   // below it are unknown, so a pop into it "escapes": that parse is dropped and escaped() says so.
   static constexpr int32_t kBottom = 1;
 
-  explicit StackArena(const FlatGrammar& g);
-  // Lower bounds than kMaxStacks / the settle work (a truncated view of a state keeps under a
-  // fraction of them, so the full state it stands for keeps under the real ones).
-  void set_limits(size_t max_stacks, size_t max_work) {
-    max_stacks_ = max_stacks;
-    max_work_ = max_work;
-  }
+  explicit StackArena(const FlatGrammar& g, const StateLimits& limits = {});
+  const StateLimits& limits() const { return limits_; }
   // Whether the last start() or step() popped into kBottom.
   bool escaped() const { return escaped_; }
+  // Which bound the last start() or step() that returned false passed.
+  Overflow overflow() const { return overflow_; }
+  // Settle steps the last start() or step() took (what a token mask's budget charges).
+  size_t last_work() const { return work_; }
 
   // The node for `pos` on top of `parent` (both already interned).
   int32_t intern(int32_t pos, int32_t parent);
   int32_t pos(int32_t node) const { return nodes_[node].pos; }
   int32_t parent(int32_t node) const { return nodes_[node].parent; }
 
-  // The settled stacks of the grammar's start. False when a bound is passed.
+  // The settled stacks of the grammar's start. False when a bound of the limits is passed
+  // (overflow() says which).
   bool start(std::vector<int32_t>& out);
   // The settled stacks after reading byte `b` from the stacks `tops` (sorted, unique), sorted and
   // unique in `out` (empty: no stack can read `b`). False when a bound is passed (`out` is then
@@ -92,9 +87,14 @@ class StackArena {
   struct Node {
     int32_t pos;
     int32_t parent;
+    int32_t depth;  // frames from the bottom (kEmpty and kBottom: 0)
   };
   // Adds to `out` every settled stack that continuing at `pos` above `parent` leads to.
   bool settle(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth);
+  // The node for (pos, parent), or -1 past max_depth.
+  int32_t push(int32_t pos, int32_t parent);
+  // Sorts and dedups `out`; false past max_stacks or max_state_ints.
+  bool finish(std::vector<int32_t>& out);
   void grow_index();
 
   const FlatGrammar& g_;
@@ -102,10 +102,10 @@ class StackArena {
   // Open addressing from (pos, parent) to node id; capacity a power of two, at most half full.
   std::vector<uint64_t> index_keys_;
   std::vector<int32_t> index_ids_;
+  StateLimits limits_;
   size_t work_ = 0;  // settle steps for the current byte
-  size_t max_stacks_ = kMaxStacks;
-  size_t max_work_;
   bool escaped_ = false;
+  Overflow overflow_ = Overflow::None;
 };
 
 }  // namespace tandem::grammar

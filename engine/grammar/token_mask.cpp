@@ -31,23 +31,27 @@ size_t TokenMask::count() const {
   return n;
 }
 
-TokenMasker::TokenMasker(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, size_t cache_entries)
+TokenMasker::TokenMasker(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, size_t cache_entries,
+                         const GrammarBudget& budget)
     : token_bytes_(std::move(token_bytes)),
       end_tokens_(std::move(end_tokens)),
       is_end_(end_flags(token_bytes_.size(), end_tokens_)),
       trie_(token_bytes_, is_end_),
-      masks_(cache_entries),
-      walks_(cache_entries) {
+      budget_(budget),
+      masks_(cache_entries, budget.cache_bytes, budget.cache_bytes_per_grammar),
+      walks_(cache_entries, budget.cache_bytes, budget.cache_bytes_per_grammar) {
+  if (budget_.max_mask_work == 0) budget_.max_mask_work = std::max(kMinMaskWork, kMaskWorkPerVocabToken * token_bytes_.size());
   end_tokens_.erase(std::remove_if(end_tokens_.begin(), end_tokens_.end(),
                                    [&](int32_t t) { return t < 0 || (size_t)t >= token_bytes_.size(); }),
                     end_tokens_.end());
 }
 
-std::shared_ptr<const TokenMasker> TokenMasker::for_tokenizer(const Tokenizer& tok, std::vector<int32_t> end_tokens) {
+std::shared_ptr<const TokenMasker> TokenMasker::for_tokenizer(const Tokenizer& tok, std::vector<int32_t> end_tokens,
+                                                               const GrammarBudget& budget) {
   const int32_t n = tok.vocab().size();
   std::vector<std::string> bytes(n);
   for (int32_t t = 0; t < n; t++) bytes[t] = tok.token_to_piece(t, false);
-  return std::make_shared<const TokenMasker>(std::move(bytes), std::move(end_tokens));
+  return std::make_shared<const TokenMasker>(std::move(bytes), std::move(end_tokens), 256, budget);
 }
 
 std::vector<uint64_t> TokenMasker::empty_bits() const { return std::vector<uint64_t>((token_bytes_.size() + 63) / 64 + 1, 0); }
@@ -95,19 +99,30 @@ void TokenMasker::walk(LazyDfa& dfa, int32_t begin, int32_t end, int32_t* at_dep
 }
 
 TokenMask TokenMasker::compute(const Matcher& m) const {
+  MaskBudget budget(budget_);
+  return compute(m, budget);
+}
+
+TokenMask TokenMasker::compute_shared(const Matcher& m) const {
+  MaskBudget budget(budget_);
+  return compute_shared(m, budget);
+}
+
+TokenMask TokenMasker::compute(const Matcher& m, MaskBudget& budget) const {
   TokenMask mask;
   mask.bits = empty_bits();
   set_end_tokens(m, mask.bits);
-  LazyDfa dfa(*m.flat_grammar(), m.state(), false);
+  LazyDfa dfa(*m.flat_grammar(), m.state(), false, m.limits(), budget);
   std::vector<int32_t> at_depth(trie_.max_depth() + 1);  // [d]: the DFA state after the path's first d bytes
   at_depth[0] = dfa.start();
   walk(dfa, 0, trie_.size(), at_depth.data(), mask.bits.data(), nullptr);
   mask.bits.pop_back();
+  mask.budget_error = budget.error();
   return mask;
 }
 
-std::shared_ptr<const TokenMasker::SharedWalk> TokenMasker::shared_walk(const Matcher& m,
-                                                                       const std::vector<int32_t>& truncated) const {
+std::shared_ptr<const TokenMasker::SharedWalk> TokenMasker::shared_walk(const Matcher& m, const std::vector<int32_t>& truncated,
+                                                                       MaskBudget& budget) const {
   const Grammar* g = &m.grammar();
   {
     std::lock_guard lock(mu_);
@@ -119,26 +134,31 @@ std::shared_ptr<const TokenMasker::SharedWalk> TokenMasker::shared_walk(const Ma
   }
   auto w = std::make_shared<SharedWalk>();
   w->certain = empty_bits();
-  LazyDfa dfa(*m.flat_grammar(), truncated, true);
+  LazyDfa dfa(*m.flat_grammar(), truncated, true, m.limits(), budget);
   std::vector<int32_t> at_depth(trie_.max_depth() + 1);
   at_depth[0] = dfa.start();
   walk(dfa, 0, trie_.size(), at_depth.data(), w->certain.data(), &w->uncertain);
+  if (budget.exceeded()) return nullptr;  // incomplete: not shared
   std::lock_guard lock(mu_);
   if (auto hit = walks_.find(g, truncated)) return hit;
   walks_.insert(m.flat_grammar()->source, truncated, w);
   return w;
 }
 
-TokenMask TokenMasker::compute_shared(const Matcher& m) const {
+TokenMask TokenMasker::compute_shared(const Matcher& m, MaskBudget& budget) const {
   const std::vector<int32_t> truncated = truncate_state(m.state());
-  if (truncated.empty()) return compute(m);
-  const auto shared = shared_walk(m, truncated);
+  if (truncated.empty()) return compute(m, budget);
+  const auto shared = shared_walk(m, truncated, budget);
   TokenMask mask;
+  if (!shared) {
+    mask.budget_error = budget.error();
+    return mask;
+  }
   mask.bits = shared->certain;
   set_end_tokens(m, mask.bits);
   // Each uncertain subtree is walked with the full state from its root; the states along the
   // root's path are recomputed only past the prefix it shares with the previous root's.
-  LazyDfa dfa(*m.flat_grammar(), m.state(), false);
+  LazyDfa dfa(*m.flat_grammar(), m.state(), false, m.limits(), budget);
   std::vector<int32_t> at_depth(trie_.max_depth() + 1);
   at_depth[0] = dfa.start();
   std::string_view prev_path;
@@ -159,8 +179,10 @@ TokenMask TokenMasker::compute_shared(const Matcher& m) const {
     prev_path = path;
     known = d;
     if (alive) walk(dfa, root, node.end, at_depth.data(), mask.bits.data(), nullptr);
+    if (budget.exceeded()) break;
   }
   mask.bits.pop_back();
+  mask.budget_error = budget.error();
   return mask;
 }
 
@@ -176,6 +198,7 @@ std::shared_ptr<const TokenMask> TokenMasker::mask(const Matcher& m) const {
   // Computed outside the lock: two threads that miss on one state both compute it, and the
   // second insert finds the first's.
   auto fresh = std::make_shared<const TokenMask>(compute_shared(m));
+  if (!fresh->budget_error.empty()) return fresh;
   std::lock_guard lock(mu_);
   if (auto hit = masks_.find(&m.grammar(), m.state())) return hit;
   masks_.insert(m.flat_grammar()->source, m.state(), fresh);
@@ -199,7 +222,26 @@ TokenMasker::CacheStats TokenMasker::cache_stats() const {
   CacheStats s = stats_;
   s.entries = masks_.size();
   s.walk_entries = walks_.size();
+  s.bytes = masks_.bytes();
+  s.walk_bytes = walks_.bytes();
   return s;
+}
+
+void TokenMasker::forget(const Grammar* g) const {
+  std::lock_guard lock(mu_);
+  masks_.forget(g);
+  walks_.forget(g);
+}
+
+Status TokenMasker::check_start(std::shared_ptr<const Grammar> g) const {
+  auto m = Matcher::create(std::move(g), budget_.state);
+  if (!m.ok()) return m.error();
+  const auto first = mask(*m);
+  if (!first->budget_error.empty()) return make_error("{} (at the start of the output)", first->budget_error);
+  if (first->count() == 0)
+    return make_error("grammar ({}): no token of the model's vocabulary can start its output (no token's bytes begin a sentence of it)",
+                      m->grammar().source);
+  return Status::Ok();
 }
 
 }  // namespace tandem::grammar
