@@ -801,6 +801,128 @@ def attack_unread_answers(srv):
     healthy(srv, "after 60 unread 21 MB answers")
 
 
+def probe_grammar(rules, step="[a-z]", leaf='"\\x04"'):
+    """Issue 34's GBNF probe: `rules` rules r_i ::= step r_i "i" | leaf, the root picking any. With a leaf
+    no token can produce (byte 0x04 in SmolLM2's vocabulary) its parses never close: every token deepens them."""
+    root = "root ::= " + " | ".join(f"r{i}" for i in range(rules))
+    return root + "\n" + "".join(f'r{i} ::= {step} r{i} "i" | {leaf}\n' for i in range(rules))
+
+
+def defs_probe_schema(n):
+    """Issue 34's schema probe: an anyOf of n self-referencing $defs arrays."""
+    return {"$defs": {f"a{i}": {"type": "array", "items": {"$ref": f"#/$defs/a{i}"}} for i in range(n)},
+            "anyOf": [{"$ref": f"#/$defs/a{i}"} for i in range(n)]}
+
+
+def token_gaps(srv, n=6):
+    """Median time per output token (and per request) of n streamed 20-token greedy completions."""
+    tpots, totals = [], []
+    for _ in range(n):
+        s = connect(srv.port, timeout=60)
+        t0, stamps, buf = time.time(), [], b""
+        try:
+            s.sendall(request_bytes("POST", "/v1/completions", srv.host, json.dumps(
+                {"prompt": "Count: 1, 2, 3, 4,", "max_tokens": 20, "temperature": 0, "stream": True}).encode()))
+            while b"[DONE]" not in buf:
+                data = s.recv(65536)
+                if not data:
+                    break
+                buf += data
+                stamps += [time.time()] * (data.count(b'"text":"') - data.count(b'"text":""'))
+        finally:
+            s.close()
+        totals.append(time.time() - t0)
+        if len(stamps) > 2:
+            tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1))
+    tpots.sort()
+    totals.sort()
+    return (tpots[len(tpots) // 2] if tpots else float("inf")), totals[len(totals) // 2]
+
+
+def grammar_budget_checks(tandem, model):
+    """Issue 34 items 1 and 7: a grammar whose parses multiply or deepen with every byte ends its own
+    request with an error naming the grammar budget (a 400 when its start already shows it), while other
+    requests' time per token moves no more than a normal neighbour's would, and RSS stays bounded; a
+    grammar no token can start is a 400 naming the parameter."""
+    srv = Server(tandem, model, [])
+    try:
+        healthy(srv, "grammar budget: before")
+        rss0 = srv.rss_mb()
+        chat = lambda schema: {"messages": [{"role": "user", "content": "A list:"}], "max_tokens": 50,
+                               "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}
+        t = time.time()
+        st, _, body = http(srv, "POST", "/v1/completions", {"prompt": "Once", "max_tokens": 50, "grammar": probe_grammar(1024, "[a-z ,.]", '"!"')})
+        e = error_of(body)
+        check(st == 400 and e.get("param") == "grammar" and "grammar budget" in e.get("message", "") and time.time() - t < 2,
+              f"the 1024-rule GBNF probe (40 KB): {st} in {(time.time() - t) * 1000:.0f} ms, {e.get('param')}: {e.get('message', '')[:90]}")
+        t = time.time()
+        st, _, body = http(srv, "POST", "/v1/chat/completions", chat(defs_probe_schema(600)))
+        e = error_of(body)
+        check(st == 400 and e.get("param") == "response_format" and "grammar budget" in e.get("message", "") and time.time() - t < 2,
+              f"the anyOf of 600 $defs arrays: {st} in {(time.time() - t) * 1000:.0f} ms, {e.get('param')}: {e.get('message', '')[:90]}")
+        st, _, body = http(srv, "POST", "/v1/completions", {"prompt": "Once", "max_tokens": 5, "grammar": 'root ::= "\\x04" "q"'})
+        e = error_of(body)
+        check(st == 400 and e.get("param") == "grammar" and "no token" in e.get("message", ""),
+              f"a grammar no token can start: {st}, {e.get('param')}: {e.get('message', '')[:90]}")
+
+        # Probes that start within the budget and die on the way, run back to back by two clients, against a
+        # normal neighbour (an unconstrained sampled completion) as the reference for what sharing costs.
+        idle = token_gaps(srv, 10)
+
+        def neighbour_load(kind, stop, outcomes):
+            while not stop.is_set():
+                if kind == "probes":  # the two probes by turns
+                    kind = "gbnf30" if not outcomes or outcomes[-1][2] == "gbnf100" else "gbnf100"
+                if kind == "plain":
+                    st, _, body = http(srv, "POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 100, "temperature": 1.0})
+                    outcomes.append((st, "", kind))
+                    continue
+                rules, stream = (30, False) if kind == "gbnf30" else (100, True)
+                st, _, body = http(srv, "POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 1.0,
+                                                                    "stream": stream, "grammar": probe_grammar(rules)}, timeout=120)
+                if stream:
+                    msg = next((ev["error"]["message"] for ev in sse_events(body) if "error" in ev), "")
+                else:
+                    msg = error_of(body).get("message", "")
+                outcomes.append((st, msg, kind))
+                kind = "probes"
+
+        def under(kinds):
+            stop, outcomes = threading.Event(), []
+            threads = [threading.Thread(target=neighbour_load, args=(k, stop, outcomes)) for k in kinds]
+            for th in threads:
+                th.start()
+            time.sleep(0.5)
+            gaps = token_gaps(srv, 10)
+            deadline = time.time() + 60
+            while len(outcomes) < 2 and time.time() < deadline:  # both probes ran (streamed and not)
+                time.sleep(0.1)
+            stop.set()
+            for th in threads:
+                th.join()
+            return gaps, outcomes
+
+        normal, _ = under(["plain"])
+        probed, outcomes = under(["probes"])
+        budget_errors = sum(1 for st, msg, _ in outcomes if "grammar budget" in msg)
+        print(f"     TPOT of 20-token greedy completions: alone {idle[0] * 1000:.2f} ms ({idle[1]:.3f} s per request), "
+              f"beside a normal request {normal[0] * 1000:.2f} ms, beside a probe client {probed[0] * 1000:.2f} ms "
+              f"({probed[1]:.3f} s per request, x{probed[0] / idle[0]:.2f} of alone)")
+        check(outcomes and budget_errors == len(outcomes),
+              f"every probe run ended with an error naming the grammar budget ({budget_errors} of {len(outcomes)}: "
+              f"{sorted(set((st, msg[:60]) for st, msg, _ in outcomes))[:3]})")
+        # Any neighbour shares the engine's threads (one beside a normal request already costs ~2x on 2 cores):
+        # the probe may cost 2x, or no more than a normal neighbour does.
+        check(probed[0] < max(2 * idle[0], 1.3 * normal[0]),
+              f"a probe client moves the others' time per token by at most 2x (or a normal neighbour's cost): "
+              f"{probed[0] * 1000:.2f} ms (alone {idle[0] * 1000:.2f} ms, beside a normal request {normal[0] * 1000:.2f} ms)")
+        rss = srv.rss_mb()
+        check(rss - rss0 < 200, f"RSS after the probes: {rss:.0f} MB (before {rss0:.0f} MB; the mask caches hold at most 64 MiB)")
+        healthy(srv, "grammar budget: after the probes")
+    finally:
+        srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", required=True)
@@ -841,6 +963,7 @@ def main():
         srv.stop()
         permissive.stop()
     hostile_template_checks(a.tandem, a.model)
+    grammar_budget_checks(a.tandem, a.model)
 
     # The API key from a file (and the environment), a connection limit, an allowed origin.
     key = "k-" + os.urandom(12).hex()
