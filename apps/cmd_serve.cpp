@@ -24,23 +24,31 @@ namespace tandem::apps {
 
 namespace {
 
-// The key from --api-key, --api-key-file or $TANDEM_API_KEY (the last two keep it out of `ps`).
-Result<std::string> api_key(const std::string& flag, const std::string& file) {
+std::string trimmed(std::string s) {
+  while (!s.empty() && std::isspace((unsigned char)s.back())) s.pop_back();
+  while (!s.empty() && std::isspace((unsigned char)s.front())) s.erase(s.begin());
+  return s;
+}
+
+// The keys from --api-key, --api-key-file (one per line: each a tenant; blank lines and lines
+// starting with # skipped) or $TANDEM_API_KEY (the last two keep them out of `ps`).
+Result<std::vector<std::string>> api_keys(const std::string& flag, const std::string& file) {
   if (!flag.empty() && !file.empty()) return make_error("give --api-key or --api-key-file, not both");
-  if (!flag.empty()) return flag;
+  if (!flag.empty()) return std::vector<std::string>{flag};
   if (!file.empty()) {
     std::ifstream in(file);
     if (!in) return make_error("--api-key-file {}: cannot open", file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string key = ss.str();
-    while (!key.empty() && std::isspace((unsigned char)key.back())) key.pop_back();
-    while (!key.empty() && std::isspace((unsigned char)key.front())) key.erase(key.begin());
-    if (key.empty()) return make_error("--api-key-file {}: the file is empty", file);
-    return key;
+    std::vector<std::string> keys;
+    for (std::string line; std::getline(in, line);) {
+      line = trimmed(line);
+      if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+    if (keys.empty()) return make_error("--api-key-file {}: the file holds no key", file);
+    return keys;
   }
   const char* env = std::getenv("TANDEM_API_KEY");
-  return std::string(env ? env : "");
+  const std::string key = trimmed(env ? env : "");
+  return key.empty() ? std::vector<std::string>{} : std::vector<std::string>{key};
 }
 
 // The model's own template, or --chat-template-file's (its bos/eos text from the vocabulary).
@@ -68,7 +76,8 @@ Command add_serve_command(CLI::App& app) {
     int64_t batch_tokens = 512, kv_tokens = 0;
     std::vector<std::string> allow_origin, allow_host;
     int max_connections = 1024;
-    double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30;
+    double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30, drain_timeout = 30;
+    std::string prefix_cache_scope = "key";
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and a paged KV cache");
@@ -77,7 +86,15 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--port", a->port, "port (0 = any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", a->api_key,
                   "require Authorization: Bearer KEY on /v1/* and /metrics (visible in `ps`: prefer --api-key-file or $TANDEM_API_KEY)");
-  sub->add_option("--api-key-file", a->api_key_file, "read the API key from FILE (the environment's TANDEM_API_KEY is used otherwise)");
+  sub->add_option("--api-key-file", a->api_key_file,
+                  "read the API keys from FILE, one per line, each a tenant (the environment's TANDEM_API_KEY is used otherwise)");
+  sub->add_option("--prefix-cache-scope", a->prefix_cache_scope,
+                  "which requests share cached prompt blocks: global, key (requests with the same API key; the default) or request "
+                  "(none); a request's cache_salt narrows sharing further")
+      ->check(CLI::IsMember({"global", "key", "request"}));
+  sub->add_option("--drain-timeout", a->drain_timeout,
+                  "on SIGTERM: seconds running requests get to finish (new ones get 503) before they are ended; a second signal stops at once")
+      ->check(CLI::Range(0.0, 86400.0));
   sub->add_option("--allow-origin", a->allow_origin, "let web pages from ORIGIN (e.g. https://app.example) call the API (CORS); '*' for any")
       ->take_all();
   sub->add_option("--allow-host", a->allow_host, "accept requests for Host NAME (besides the bound address, localhost, 127.0.0.1, [::1])")
@@ -108,8 +125,8 @@ Command add_serve_command(CLI::App& app) {
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-    auto key = api_key(a->api_key, a->api_key_file);
-    if (!key.ok()) return fail(key.error().message);
+    auto keys = api_keys(a->api_key, a->api_key_file);
+    if (!keys.ok()) return fail(keys.error().message);
     auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
     Model& model = *lm->model;
@@ -154,7 +171,8 @@ Command add_serve_command(CLI::App& app) {
     server::ServerOptions opts;
     opts.host = a->host;
     opts.port = a->port;
-    opts.api_key = key.value();
+    opts.api_keys = keys.value();
+    opts.prefix_cache_scope = server::parse_prefix_cache_scope(a->prefix_cache_scope).value();
     opts.allowed_origins = a->allow_origin;
     opts.allowed_hosts = a->allow_host;
     opts.allow_special_in_messages = a->allow_special_in_messages;
@@ -180,7 +198,19 @@ Command add_serve_command(CLI::App& app) {
     http.start();
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    fmt::print(stderr, "tandem serve: stopping ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    // The first signal drains: no new work, running requests finish (up to --drain-timeout);
+    // a second one stops at once.
+    fmt::print(stderr, "tandem serve: draining ({}; up to {} s; a second signal stops at once)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               a->drain_timeout);
+    std::fflush(stderr);
+    bool again = false;
+    http.drain(ms(a->drain_timeout), [&] {
+      if (again) return true;
+      const timespec poll{0, 0};
+      again = sigtimedwait(&stop_signals, nullptr, &poll) > 0;
+      return again;
+    });
+    fmt::print(stderr, "tandem serve: stopping{}\n", again ? " at once (second signal)" : "");
     stopping = true;
     http.stop();
     return 0;

@@ -52,6 +52,13 @@ struct Scheduler::Seq {
   int64_t n_computed = 0;        // tokens whose K,V are in `blocks`
   std::vector<int32_t> blocks;   // block table
   std::vector<uint64_t> hashes;  // chained hash of each full block (0 = not yet)
+  uint64_t cache_root = 0;       // the prefix cache scope's root (BlockPool::scope_root)
+  int64_t n_cached_now = 0;      // tokens the prefix cache gave at the last admission
+  // n_generated when last preempted (-1: never): until it generates again it is not preempted
+  // again, unless nothing else can be.
+  int generated_at_preemption = -1;
+  int n_preemptions = 0;
+  bool over_budget = false;  // ended by its grammar's cost budget (the request's fault, not the server's)
   int n_prompt = 0, n_cached = 0, n_generated = 0;
   bool cancelled = false;  // asked to stop (cancel()); finished at the next step
   bool finished = false;   // its finish event is sent; removed from running_ at the end of the step
@@ -115,6 +122,7 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   s->matcher = std::move(matcher);
   s->tokens = s->params.prompt;
   s->n_prompt = (int)s->tokens.size();
+  s->cache_root = pool_.scope_root(s->params.cache_scope);
   waiting_.push_back(std::move(s));
   return id;
 }
@@ -126,25 +134,35 @@ void Scheduler::cancel(int64_t id) {
     if (s->id == id) s->cancelled = true;
 }
 
+void Scheduler::abort_all(const std::string& why) {
+  for (auto& s : waiting_) finish(*s, FinishReason::Error, why);
+  for (auto& s : running_) finish(*s, FinishReason::Error, why);
+  waiting_.clear();
+  running_.clear();
+}
+
 bool Scheduler::admit(Seq& s) {
   // Reuse cached full blocks of the prefix; at least one token stays to compute, for logits.
   // Each hit is verified by the pool (token ids and parent), so a hash collision is a miss.
   const int64_t B = pool_.block_tokens();
-  uint64_t parent = 0;
+  uint64_t parent = s.cache_root;
   const int64_t reusable = opts_.no_kv_cache ? 0 : ((int64_t)s.tokens.size() - 1) / B;
   for (int64_t k = 0; k < reusable; k++) {
     const std::span<const int32_t> block(s.tokens.data() + k * B, (size_t)B);
     const uint64_t h = pool_.chain_hash(parent, block);
-    const int32_t b = pool_.lookup(k ? s.blocks.back() : -1, h, block);
+    const int32_t b = pool_.lookup(k ? s.blocks.back() : -1, h, block, s.cache_root);
     if (b < 0) break;
     s.blocks.push_back(b);
     s.hashes.push_back(h);
     parent = h;
   }
   s.n_computed = (int64_t)s.blocks.size() * B;
+  s.n_cached_now = s.n_computed;
   const bool first_time = !s.admitted;
   if (first_time) s.n_cached = (int)s.n_computed;
-  if (!ensure_blocks(s, s.n_computed + 1)) {
+  // Blocks for every token it holds: a sequence admitted with room for one chunk would take the
+  // rest by preempting others mid-prefill, and be preempted in turn.
+  if (!ensure_blocks(s, (int64_t)s.tokens.size())) {
     release_blocks(s);
     s.n_computed = 0;
     if (first_time) s.n_cached = 0;
@@ -170,10 +188,18 @@ bool Scheduler::ensure_blocks(Seq& s, int64_t upto) {
 }
 
 void Scheduler::preempt(Seq& s) {
-  // Free everything; the sequence restarts from its tokens so far (prompt + generated).
+  // Free everything; the sequence restarts from its tokens so far (prompt + generated). Only a
+  // sequence that loses computed K,V counts: one admitted this step loses nothing.
+  if (s.n_computed > s.n_cached_now) stats_.preemptions++, s.n_preemptions++;
   release_blocks(s);
   s.n_computed = 0;
-  stats_.preemptions++;
+  s.generated_at_preemption = s.n_generated;
+}
+
+Scheduler::Seq* Scheduler::preemption_victim() {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if ((*it)->n_generated > (*it)->generated_at_preemption) return it->get();
+  return nullptr;
 }
 
 void Scheduler::release_blocks(Seq& s) {
@@ -191,10 +217,10 @@ void Scheduler::publish_full_blocks(Seq& s) {
   const int64_t full = s.n_computed / B;
   for (int64_t k = 0; k < full && k < (int64_t)s.blocks.size(); k++) {
     if (s.hashes[(size_t)k] != 0) continue;
-    const uint64_t parent = k ? s.hashes[(size_t)k - 1] : 0;
+    const uint64_t parent = k ? s.hashes[(size_t)k - 1] : s.cache_root;
     const std::span<const int32_t> block(s.tokens.data() + k * B, (size_t)B);
     s.hashes[(size_t)k] = pool_.chain_hash(parent, block);
-    pool_.publish(s.blocks[(size_t)k], k ? s.blocks[(size_t)k - 1] : -1, s.hashes[(size_t)k], block);
+    pool_.publish(s.blocks[(size_t)k], k ? s.blocks[(size_t)k - 1] : -1, s.hashes[(size_t)k], block, s.cache_root);
   }
 }
 
@@ -209,6 +235,8 @@ void Scheduler::finish(Seq& s, FinishReason r, const std::string& error, bool by
   e.n_prompt = s.n_prompt;
   e.n_cached = s.n_cached;
   e.n_generated = s.n_generated;
+  e.n_preemptions = s.n_preemptions;
+  e.over_budget = s.over_budget;
   s.cb(e);
 }
 
@@ -313,8 +341,10 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
       plan.push_back({&s, std::min(remaining, budget)});
       budget -= plan.back().n;
     }
-  // Blocks for the plan; when the pool is exhausted preempt the newest running sequence
-  // (possibly the one asking). A sequence alone that still cannot grow has outgrown the pool.
+  // Blocks for the plan; when the pool is exhausted preempt the newest running sequence that
+  // has made progress since it last came back (possibly the one asking), so that no sequence
+  // is preempted and readmitted in a loop without producing a token. A sequence alone that
+  // still cannot grow has outgrown the pool.
   for (size_t i = 0; i < plan.size();) {
     Seq* s = plan[i].seq;
     if (ensure_blocks(*s, s->n_computed + plan[i].n)) {
@@ -327,7 +357,12 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
       plan.clear();
       break;
     }
-    Seq* victim = running_.back().get();
+    Seq* victim = preemption_victim();
+    if (!victim && plan.size() > 1) {  // every candidate is yet to make progress: this one waits a step
+      plan.erase(plan.begin() + (ptrdiff_t)i);
+      continue;
+    }
+    if (!victim) victim = running_.back().get();  // never stall the whole batch
     preempt(*victim);
     auto vit = std::find_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; });
     if (vit != plan.end()) {
@@ -335,8 +370,9 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
       plan.erase(vit);
       if (vi < i) i--;
     }
-    waiting_.push_front(std::move(running_.back()));
-    running_.pop_back();
+    auto rit = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == victim; });
+    waiting_.push_front(std::move(*rit));
+    running_.erase(rit);
   }
   propose_drafts(plan, budget);
   return plan;
@@ -613,6 +649,7 @@ bool Scheduler::emit(Seq& s, int32_t tok, std::span<const float> row, std::vecto
     if (!ok) {
       const std::string over = s.matcher->budget_error();
       if (!over.empty()) opts_.masker->forget(&s.matcher->grammar());  // its states are done with
+      s.over_budget = !over.empty();
       finish(s, FinishReason::Error, !over.empty() ? over : fmt::format("token {} does not continue the grammar's sentence", tok));
       return false;
     }
@@ -716,6 +753,7 @@ std::span<const uint64_t> Scheduler::allowed_tokens(Seq& s, std::shared_ptr<cons
   stats_.mask_s += t.seconds();
   if (!keep->budget_error.empty()) {
     opts_.masker->forget(&s.matcher->grammar());  // its states are done with
+    s.over_budget = true;
     finish(s, FinishReason::Error, keep->budget_error);
     return {};
   }

@@ -53,6 +53,10 @@ struct RequestParams {
   // sequence stops when the sentence is complete and nothing can follow. Needs
   // SchedulerOptions::masker.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // The prefix cache's scope (kv/block_allocator.h): cached blocks are shared only between
+  // requests of one scope. "" is the shared scope; the server names one per API key, per
+  // cache_salt or per request (--prefix-cache-scope).
+  std::string cache_scope;
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -68,6 +72,8 @@ struct SeqEvent {
   bool by_stop_token = false;  // Stop: a stop token ended it (else the grammar's sentence was complete)
   std::string error;  // with Error: what failed; with Length: why it stopped early, if it did
   int n_prompt = 0, n_cached = 0, n_generated = 0;  // on the finish event
+  int n_preemptions = 0;  // on the finish event: times its computed K,V were freed for others
+  bool over_budget = false;  // with Error: the request's grammar passed its cost budget (a client error)
 };
 // Return false to cancel the request (e.g. its client went away).
 using SeqCallback = std::function<bool(const SeqEvent&)>;
@@ -121,6 +127,8 @@ class Scheduler {
   Result<int64_t> add(RequestParams params, SeqCallback cb);
   // Cancels a queued or running request; its blocks are freed at the next step.
   void cancel(int64_t id);
+  // Ends every queued and running request now with FinishReason::Error and `why` (a shutdown).
+  void abort_all(const std::string& why);
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   // One iteration: schedule, one forward pass, sample, report. Errors of the pass finish the
   // sequences in it with FinishReason::Error; the scheduler stays usable.
@@ -182,6 +190,7 @@ class Scheduler {
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
   bool ensure_blocks(Seq& s, int64_t upto);
   void preempt(Seq& s);
+  Seq* preemption_victim();  // the newest running sequence that made progress since its last preemption
   void release_blocks(Seq& s);
   void finish(Seq& s, FinishReason r, const std::string& error = "", bool by_stop_token = false);
   void publish_full_blocks(Seq& s);

@@ -66,6 +66,11 @@ void BlockAllocator::forget(int32_t b) {
   prefix_id_[(size_t)b] = parent_id_[(size_t)b] = hash_of_[(size_t)b] = 0;
 }
 
+uint64_t BlockAllocator::scope_root(std::string_view name) const {
+  if (name.empty()) return 0;
+  return siphash24(key_, name.data(), name.size()) | (1ull << 63);
+}
+
 uint64_t BlockAllocator::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {
   uint64_t h;
   if (hash_) {
@@ -85,9 +90,9 @@ bool BlockAllocator::holds(int32_t b, uint64_t parent_id, std::span<const int32_
   return std::equal(tokens.begin(), tokens.end(), tokens_.begin() + (ptrdiff_t)b * block_tokens_);
 }
 
-void BlockAllocator::publish(int32_t b, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens) {
+void BlockAllocator::publish(int32_t b, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root) {
   if (hash == 0 || prefix_id_[(size_t)b] != 0 || tokens.size() != (size_t)block_tokens_) return;
-  const uint64_t parent_id = parent_block < 0 ? 0 : prefix_id_[(size_t)parent_block];
+  const uint64_t parent_id = parent_block < 0 ? root : prefix_id_[(size_t)parent_block];
   if (parent_block >= 0 && parent_id == 0) return;  // the parent's prefix is unverified: cannot vouch
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + (ptrdiff_t)b * block_tokens_);
   parent_id_[(size_t)b] = parent_id;
@@ -117,8 +122,8 @@ void BlockAllocator::publish(int32_t b, int32_t parent_block, uint64_t hash, std
   by_hash_[hash] = b;
 }
 
-int32_t BlockAllocator::lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens) {
-  const uint64_t parent_id = parent_block < 0 ? 0 : prefix_id_[(size_t)parent_block];
+int32_t BlockAllocator::lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root) {
+  const uint64_t parent_id = parent_block < 0 ? root : prefix_id_[(size_t)parent_block];
   if (parent_block >= 0 && parent_id == 0) return -1;
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return -1;

@@ -10,12 +10,19 @@
 // A forged or accidental hash collision is therefore a miss, never another request's KV.
 // The hash itself is keyed (SipHash-2-4 under a random per-allocator key), so collisions
 // cannot be searched for offline either. Tests inject their own hash to force collisions.
+//
+// Scopes (cache_salt, --prefix-cache-scope): a chain starts from a scope's root, 0 for the shared
+// scope, a keyed hash of the scope's name otherwise (top bit set, so it never equals a prefix id,
+// which counts up from 1). The root is the first block's parent id and its chain hash's parent:
+// a block of one scope is never verified as another's, so hits (and the cached-token counts
+// that reveal them) never cross scopes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,15 +48,19 @@ class BlockAllocator {
   // Drops a reference; at zero the block is free (or stays cached if it is indexed).
   void release(int32_t block);
 
-  // The chain hash of a full block whose parent block has chain hash `parent` (0 at the start).
+  // The root of scope `name`: 0 for "" (the shared scope), else a keyed hash with the top bit set.
+  uint64_t scope_root(std::string_view name) const;
+  // The chain hash of a full block whose parent block has chain hash `parent` (the scope's
+  // root at the start).
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const;
   // Records that `block` (full, its KV written) holds `tokens` after the prefix held by
-  // `parent_block` (-1: the block starts the sequence), under chain hash `hash`. Ignored when
-  // the parent holds no verified prefix or `block` was already published.
-  void publish(int32_t block, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens);
-  // The cached block holding `tokens` right after `parent_block`'s prefix (-1: at the start),
-  // retained for the caller; -1 on a miss, including a hash hit that fails verification.
-  int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens);
+  // `parent_block` (-1: the block starts the sequence, in scope `root`), under chain hash
+  // `hash`. Ignored when the parent holds no verified prefix or `block` was already published.
+  void publish(int32_t block, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root = 0);
+  // The cached block holding `tokens` right after `parent_block`'s prefix (-1: at the start of
+  // scope `root`), retained for the caller; -1 on a miss, including a hash hit that fails
+  // verification.
+  int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root = 0);
 
   int64_t free_blocks() const { return (int64_t)free_.size() + (int64_t)lru_.size(); }  // allocatable now
   int64_t cached_blocks() const { return (int64_t)lru_.size(); }

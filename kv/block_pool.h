@@ -52,12 +52,13 @@ class BlockPool {
   int32_t allocate() { return alloc_.allocate(); }
   void retain(int32_t block) { alloc_.retain(block); }
   void release(int32_t block) { alloc_.release(block); }
+  uint64_t scope_root(std::string_view name) const { return alloc_.scope_root(name); }
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const { return alloc_.chain_hash(parent, tokens); }
-  void publish(int32_t block, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens) {
-    alloc_.publish(block, parent_block, hash, tokens);
+  void publish(int32_t block, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root = 0) {
+    alloc_.publish(block, parent_block, hash, tokens, root);
   }
-  int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens) {
-    return alloc_.lookup(parent_block, hash, tokens);
+  int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root = 0) {
+    return alloc_.lookup(parent_block, hash, tokens, root);
   }
   int64_t free_blocks() const { return alloc_.free_blocks(); }
   int64_t used_blocks() const { return shape_.n_blocks - free_blocks(); }

@@ -49,6 +49,12 @@ bool split_host(std::string_view host, std::string* name, int* port) {
 
 }  // namespace
 
+std::string_view bearer_token(const HttpRequest& r) {
+  const auto auth = r.header("Authorization");
+  constexpr std::string_view bearer = "Bearer ";
+  return auth && auth->substr(0, bearer.size()) == bearer ? auth->substr(bearer.size()) : std::string_view();
+}
+
 bool constant_time_equal(std::string_view expected, std::string_view given) {
   unsigned diff = expected.size() == given.size() ? 0u : 1u;
   for (size_t i = 0; i < expected.size(); i++) {
@@ -98,12 +104,11 @@ std::optional<Refusal> AccessPolicy::check(const HttpRequest& r, bool needs_key)
                    fmt::format("cross-origin requests from '{}' are not allowed (start the server with --allow-origin ORIGIN)",
                                *origin),
                    "permission_error"};
-  if (needs_key && !o_.api_key.empty()) {
-    const auto auth = r.header("Authorization");
-    constexpr std::string_view bearer = "Bearer ";
-    const std::string_view given = auth && auth->substr(0, bearer.size()) == bearer ? auth->substr(bearer.size()) : std::string_view();
-    if (!constant_time_equal(o_.api_key, given))
-      return Refusal{401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error"};
+  if (needs_key && !o_.api_keys.empty()) {
+    const std::string_view given = bearer_token(r);
+    bool known = false;  // every key compared, whichever matches: the time says nothing of which
+    for (const std::string& k : o_.api_keys) known |= constant_time_equal(k, given);
+    if (!known) return Refusal{401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error"};
   }
   if (r.method == "POST") {
     const auto ct = r.header("Content-Type");

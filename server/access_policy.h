@@ -13,7 +13,7 @@
 namespace tandem::server {
 
 struct AccessOptions {
-  std::string api_key;                    // empty: no key needed
+  std::vector<std::string> api_keys;      // none: no key needed; several: one per tenant
   std::string bind_host = "127.0.0.1";    // the address the server listens on
   int port = 0;
   std::vector<std::string> allowed_origins;  // cross-origin pages allowed ("*" for any)
@@ -24,6 +24,9 @@ struct Refusal {
   int status;
   std::string message, type;
 };
+
+// The key of "Authorization: Bearer KEY" ("" when absent).
+std::string_view bearer_token(const HttpRequest& r);
 
 // Compares without an early exit: the time depends on the expected key's length only.
 bool constant_time_equal(std::string_view expected, std::string_view given);

@@ -13,12 +13,32 @@
 #include "core/timer.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
+#include "server/access_policy.h"
 #include "server/openai_json.h"
 #include "server/openai_request.h"
 #include "server/text_stream.h"
 #include "server/tool_use.h"
 
 namespace tandem::server {
+
+Result<PrefixCacheScope> parse_prefix_cache_scope(std::string_view name) {
+  if (name == "global") return PrefixCacheScope::Global;
+  if (name == "key") return PrefixCacheScope::Key;
+  if (name == "request") return PrefixCacheScope::Request;
+  return make_error("the prefix cache scope must be global, key or request, not '{}'", name);
+}
+
+std::string cache_scope_for(PrefixCacheScope scope, std::string_view api_key, std::string_view salt) {
+  if (scope == PrefixCacheScope::Request) {
+    // Unique for the process's life; the pool hashes it under its secret key.
+    static std::atomic<uint64_t> next{1};
+    return fmt::format("request:{}", next++);
+  }
+  std::string name;
+  if (scope == PrefixCacheScope::Key && !api_key.empty()) name = fmt::format("key:{}:{}", api_key.size(), api_key);
+  if (!salt.empty()) name += fmt::format("salt:{}:{}", salt.size(), salt);
+  return name;
+}
 
 size_t longest_token_bytes(const Tokenizer& tok) {
   size_t longest = 1;
@@ -32,6 +52,12 @@ std::string finish_name(FinishReason r, bool stopped_by_string) {
   if (stopped_by_string || r == FinishReason::Stop) return "stop";
   // Length covers max_tokens, the context, and a request cut short because KV blocks ran out.
   return r == FinishReason::Length ? "length" : r == FinishReason::Error ? "error" : "cancelled";
+}
+
+// The request parameter a constraint came from (OutputConstraint::name: a schema's name,
+// "json_object", "grammar" or "tool_choice").
+std::string constraint_param(const std::string& name) {
+  return name == "grammar" || name == "tool_choice" ? name : "response_format";
 }
 
 HttpResponse json_response(int status, const ojson& body, const HttpHeaders& extra) {
@@ -222,9 +248,10 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 
   void on_finish(const SeqEvent& e) {
     done_ = true;
+    n_cached_ = e.n_cached;
     std::string reason = finish_name(e.finish, text_.stopped() || calls_complete_);
     ctx_.metrics.request_finished(reason);
-    if (e.finish == FinishReason::Error) return fail(e.error);
+    if (e.finish == FinishReason::Error) return fail(e.error, e.over_budget);
     std::string rest = text_.flush();
     std::vector<ToolCall> calls;
     if (tool_stream_) {
@@ -259,19 +286,34 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   }
 
   // Whatever went wrong, the client gets an answer: a 500, or an error event that ends the stream.
-  void fail(const std::string& message) {
+  // A stream ends with the error event, then [DONE], so that a client reading to [DONE] sees why.
+  // While the server drains, an error is the shutdown's: 503 with Retry-After.
+  // A grammar over its cost budget is the request's fault: 400 (invalid_request_error) naming
+  // the constraint's parameter.
+  void fail(const std::string& message, bool over_budget = false) {
     if (!done_ && started_) ctx_.loop.cancel(id_);
     done_ = true;
-    const ojson err = error_body(message, "server_error");
-    if (!pr_.stream || !started_) return w_->respond(json_response(500, err, extra_));
+    const bool shutdown = ctx_.draining && ctx_.draining->load();
+    const ojson err = over_budget ? error_body(message, "invalid_request_error", constraint_param(pr_.constraint.name))
+                                  : error_body(message, shutdown ? "service_unavailable" : "server_error");
+    if (!pr_.stream || !started_) {
+      HttpResponse r = json_response(over_budget ? 400 : shutdown ? 503 : 500, err, extra_);
+      if (shutdown) r.headers.emplace_back("Retry-After", "5");
+      return w_->respond(std::move(r));
+    }
     w_->write("data: " + dump_json(err) + "\n\n");
+    w_->write("data: [DONE]\n\n");
     w_->end_stream();
   }
 
   ojson envelope(const char* object, ojson choices, bool usage) const {
     ojson j = {{"id", rid_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}, {"choices", std::move(choices)}};
     if (usage)
-      j["usage"] = {{"prompt_tokens", n_prompt_}, {"completion_tokens", completion_tokens_}, {"total_tokens", n_prompt_ + completion_tokens_}};
+      // cached_tokens: prompt tokens the prefix cache gave, within this request's cache scope only.
+      j["usage"] = {{"prompt_tokens", n_prompt_},
+                    {"completion_tokens", completion_tokens_},
+                    {"total_tokens", n_prompt_ + completion_tokens_},
+                    {"prompt_tokens_details", {{"cached_tokens", n_cached_}}}};
     return j;
   }
 
@@ -317,7 +359,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   TextStream text_;
   std::string rid_, text_out_;
   std::vector<TokenLogprob> logprobs_;
-  int completion_tokens_ = 0;
+  int completion_tokens_ = 0, n_cached_ = 0;
   size_t streamed_bytes_ = 0;
   double last_token_s_ = -1;
   bool done_ = false, started_ = false;
@@ -395,7 +437,7 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
       return reject(400,
                     fmt::format("{}: {}", n == "grammar" || n == "tool_choice" ? "'" + n + "'" : "response_format",
                                 !g.ok() ? g.error().message : usable.error().message),
-                    n == "grammar" ? "grammar" : n == "tool_choice" ? "tool_choice" : "response_format");
+                    constraint_param(n));
     constraint = g.value();
   }
   RequestParams rp;
@@ -416,6 +458,7 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
   rp.speculative = pr.speculative;
   rp.grammar = constraint;
+  rp.cache_scope = cache_scope_for(ctx.cache_scope, ctx.keyed ? bearer_token(req) : std::string_view(), pr.cache_salt);
   const int n_prompt = (int)rp.prompt.size();
   auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra), std::move(tool_output));
   run->submit(std::move(rp));

@@ -4,6 +4,7 @@
 // on a worker thread, and a client that leaves (seen by the transport) cancels its sequence.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,16 @@
 
 namespace tandem::server {
 
+// Which requests share cached prompt blocks (the engine's cache scopes, kv/block_allocator.h):
+// Global: all of them; Key: those presenting the same API key (a server with none is one
+// tenant, as Global); Request: none (a request reuses only its own blocks, after a preemption).
+// Under Global and Key, a request's "cache_salt" narrows sharing to requests with the same salt.
+enum class PrefixCacheScope { Global, Key, Request };
+Result<PrefixCacheScope> parse_prefix_cache_scope(std::string_view name);
+// The scope name the engine keys its prefix cache by ("" is the shared one). `api_key`: the key
+// the request presented, "" on a server without keys.
+std::string cache_scope_for(PrefixCacheScope scope, std::string_view api_key, std::string_view salt);
+
 // What every request needs; owned by HttpServer, alive until its workers are joined.
 struct EndpointContext {
   const Model& model;
@@ -32,6 +43,10 @@ struct EndpointContext {
   // Chat: control-token text inside message content stays text unless this is set (see
   // tokenizer/rendered_prompt.h); completions prompts are the caller's own and parse it.
   bool allow_special_in_messages = false;
+  PrefixCacheScope cache_scope = PrefixCacheScope::Key;
+  bool keyed = false;  // the server has API keys (Key scope tells tenants apart by them)
+  // Set while the server drains: a request the engine ends for shutdown is answered 503.
+  const std::atomic<bool>* draining = nullptr;
 };
 
 // On a worker thread. `extra` fields go on every response (CORS).

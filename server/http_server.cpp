@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <ctime>
+#include <thread>
 
 #include "server/chat_page.h"
 #include "server/openai_json.h"
@@ -32,6 +33,38 @@ Route route(const HttpRequest& r) {
   return Route::Unknown;
 }
 
+// Counts a request as in flight from its handler's start until its answer is handed to the
+// transport (respond, or the end of a stream), so drain() knows when every answer is out.
+class TrackedWriter : public ResponseWriter {
+ public:
+  TrackedWriter(std::shared_ptr<ResponseWriter> w, std::shared_ptr<std::atomic<int64_t>> count) : w_(std::move(w)), count_(std::move(count)) {
+    ++*count_;
+  }
+  ~TrackedWriter() override { done(); }
+  void respond(HttpResponse r) override {
+    w_->respond(std::move(r));
+    done();
+  }
+  void begin_stream(int status, std::string content_type, HttpHeaders headers) override {
+    w_->begin_stream(status, std::move(content_type), std::move(headers));
+  }
+  void write(std::string chunk) override { w_->write(std::move(chunk)); }
+  void end_stream() override {
+    w_->end_stream();
+    done();
+  }
+  bool gone() const override { return w_->gone(); }
+  void on_gone(std::function<void()> f) override { w_->on_gone(std::move(f)); }
+
+ private:
+  void done() {
+    if (!done_.exchange(true)) --*count_;
+  }
+  std::shared_ptr<ResponseWriter> w_;
+  std::shared_ptr<std::atomic<int64_t>> count_;
+  std::atomic<bool> done_{false};
+};
+
 bool is_post(Route r) {
   return r == Route::Completions || r == Route::Chat || r == Route::Tokenize || r == Route::Detokenize || r == Route::ApplyTemplate;
 }
@@ -43,10 +76,10 @@ HttpServer::HttpServer(const Model& model, const Tokenizer& tok, const ChatTempl
                        ServerOptions opts)
     : opts_(std::move(opts)),
       metrics_(metrics),
-      access_(AccessOptions{opts_.api_key, opts_.host, opts_.port, opts_.allowed_origins, opts_.allowed_hosts}),
+      access_(AccessOptions{opts_.api_keys, opts_.host, opts_.port, opts_.allowed_origins, opts_.allowed_hosts}),
       transport_(*this, with_body_limit(opts_.limits, opts_.max_body_bytes), opts_.io_threads, opts_.worker_threads),
       ctx_{model, tok, chat, loop, metrics, opts_.model_name, transport_.work_queue(), longest_token_bytes(tok),
-           opts_.allow_special_in_messages} {}
+           opts_.allow_special_in_messages, opts_.prefix_cache_scope, !opts_.api_keys.empty(), &draining_} {}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -65,6 +98,22 @@ Status HttpServer::listen() {
   return Status::Ok();
 }
 
+void HttpServer::drain(std::chrono::milliseconds timeout, const std::function<bool()>& interrupted) {
+  draining_ = true;
+  using clock = std::chrono::steady_clock;
+  auto wait_until = [&](clock::time_point deadline) {
+    while (in_flight_->load() > 0 && clock::now() < deadline && !interrupted())
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return in_flight_->load() == 0;
+  };
+  if (!wait_until(clock::now() + timeout) && !interrupted()) {
+    ctx_.loop.abort_all("the server is shutting down (its drain timeout passed)");
+    wait_until(clock::now() + std::chrono::seconds(5));
+  }
+  // The last answers are handed over; give the io threads a moment to write them out.
+  if (!interrupted()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+
 void HttpServer::stop() {
   transport_.stop();
   std::lock_guard<std::mutex> l(stop_mu_);
@@ -81,6 +130,11 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
   const Route rt = route(r);
   if (rt == Route::Unknown) return error(404, fmt::format("no such endpoint: {} {}", r.method, r.path()), "invalid_request_error", r);
   if (rt == Route::Health) return std::nullopt;  // open to any monitor
+  if (draining_ && is_post(rt)) {
+    HttpResponse refusal = error(503, "the server is shutting down; retry on another instance", "service_unavailable", r);
+    refusal.headers.emplace_back("Retry-After", "5");
+    return refusal;
+  }
   if (rt != Route::Preflight && r.method != method_of(rt))
     return error(405, fmt::format("{} needs {}", r.path(), method_of(rt)), "invalid_request_error", r);
   // The page is open (it holds nothing; its API calls carry the key), but Host and Origin are
@@ -94,7 +148,8 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
 
 std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
   switch (route(r)) {
-    case Route::Health:
+    case Route::Health:  // 503 while draining: a load balancer stops sending here
+      if (draining_) return HttpResponse{503, "application/json", R"({"status":"draining"})", {{"Retry-After", "5"}}, false};
       return HttpResponse{200, "application/json", R"({"status":"ok"})", {}, false};
     case Route::Metrics:
       return HttpResponse{200, "text/plain; version=0.0.4", metrics_.render(), access_.cors_headers(r), false};
@@ -118,7 +173,8 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
   }
 }
 
-void HttpServer::handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) {
+void HttpServer::handle(HttpRequest r, std::shared_ptr<ResponseWriter> plain) {
+  auto w = std::make_shared<TrackedWriter>(std::move(plain), in_flight_);
   const HttpHeaders extra = access_.cors_headers(r);
   try {
     switch (const Route rt = route(r)) {

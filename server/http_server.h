@@ -5,9 +5,17 @@
 //   GET /health (always open), GET /metrics (Prometheus text; behind the API key when set),
 //   llama-server's POST /tokenize, /detokenize, /apply-template (server/token_endpoints.h; behind
 //   the key), and the chat page at GET / (server/chat_page.h; open, its API calls need the key).
+//
+// Graceful drain (drain()): new work gets 503 + Retry-After and /health answers 503
+// {"status":"draining"} (a load balancer stops sending), while the requests already in the
+// engine finish; past the deadline the rest end with an error event and [DONE] (a 503 when not
+// streamed). Then stop().
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,7 +36,10 @@ namespace tandem::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                    // 0: any free port (see port())
-  std::string api_key;                // when set, /v1/* and /metrics need "Authorization: Bearer <key>"
+  // When set, /v1/*, /metrics and the token endpoints need "Authorization: Bearer <one of them>";
+  // each key is a tenant for --prefix-cache-scope key.
+  std::vector<std::string> api_keys;
+  PrefixCacheScope prefix_cache_scope = PrefixCacheScope::Key;
   size_t max_body_bytes = 4u << 20;   // larger bodies get 413 (copied into limits)
   std::string model_name = "tandem";
   int io_threads = 2;                 // sockets (async: idle and slow connections hold none)
@@ -52,6 +63,11 @@ class HttpServer : public HttpHandler {
   // Closes the listener and every connection (never waiting on a client), joins all threads.
   // Not for signal handlers: call it from a thread.
   void stop();
+  // Stops admitting work and waits up to `timeout` for the requests in flight to be answered;
+  // those still running then end with "the server is shutting down". Returns once every answer
+  // is handed to the transport, or early when `interrupted` says so (a second signal).
+  void drain(std::chrono::milliseconds timeout, const std::function<bool()>& interrupted);
+  bool draining() const { return draining_.load(); }
 
   std::optional<HttpResponse> check_header(const HttpRequest& r) override;
   std::optional<HttpResponse> answer_inline(const HttpRequest& r) override;
@@ -65,6 +81,8 @@ class HttpServer : public HttpHandler {
   AccessPolicy access_;
   HttpTransport transport_;
   EndpointContext ctx_;
+  std::atomic<bool> draining_{false};
+  std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);  // answers not yet handed over
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopped_ = false;

@@ -1,6 +1,7 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace tandem::server {
 
@@ -41,6 +42,23 @@ struct Checker {
   }
 };
 
+// A nested object's keys against the ones tandem reads there: like an unknown top-level field,
+// an unknown (or misspelt) nested one is refused, naming its JSON path, rather than ignored.
+Status known_keys(Checker& c, const json& obj, const std::string& path, std::initializer_list<std::string_view> keys,
+                  std::string_view hint = "") {
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (std::find(keys.begin(), keys.end(), it.key()) == keys.end())
+      return c.fail(fmt::format("{}.{}", path, it.key()), hint.empty() ? std::string("is not supported") : fmt::format("is not supported {}", hint));
+  return Status::Ok();
+}
+
+// Caps on the lists a request carries, checked before any work that grows faster than a list's
+// length: a request over them is refused, not slowly served.
+constexpr size_t kMaxMessages = 4096;
+constexpr size_t kMaxContentParts = 256;    // per message
+constexpr size_t kMaxToolCalls = 128;       // per assistant message
+constexpr size_t kMaxTools = 128;           // OpenAI's own limit
+
 // "speculative": a mode name, or {"mode": name, "draft_max": 1..64}; null or absent: unset.
 Status parse_speculative(Checker& c, std::optional<SpeculativeParams>* out) {
   if (!c.body.contains("speculative") || c.body["speculative"].is_null()) return Status::Ok();
@@ -49,6 +67,7 @@ Status parse_speculative(Checker& c, std::optional<SpeculativeParams>* out) {
   SpeculativeParams p;
   if (v.is_object()) {
     if (!v.contains("mode")) return c.fail("speculative", "needs a 'mode' (\"lookup\", \"draft\" or \"off\")");
+    TANDEM_TRY(known_keys(c, v, "speculative", {"mode", "draft_max"}));
     mode = &v["mode"];
     if (v.contains("draft_max")) {
       if (!v["draft_max"].is_number_integer() || v["draft_max"].get<int64_t>() < 1 || v["draft_max"].get<int64_t>() > 64)
@@ -96,6 +115,7 @@ constexpr Field kFields[] = {
     {"response_format", true, false, Use::Read},
     {"speculative", true, true, Use::Read},  // tandem's
     {"grammar", true, true, Use::Read},      // tandem's
+    {"cache_salt", true, true, Use::Read},   // vLLM's and tandem's
     {"frequency_penalty", true, true, Use::NoOp},
     {"presence_penalty", true, true, Use::NoOp},
     {"logit_bias", true, true, Use::NoOp},
@@ -182,54 +202,82 @@ bool valid_function_name(const json& v) {
 
 bool present(const json& o, const char* key) { return o.contains(key) && !o[key].is_null(); }
 
-// Messages: a role each; content a string, parts or null; an assistant's tool_calls and a
-// tool message's tool_call_id in OpenAI's shape.
+// Messages: a role each; content a string, text parts or null; an assistant's tool_calls and a
+// tool message's tool_call_id in OpenAI's shape. Every key is one tandem reads.
+Status parse_message(Checker& c, const json& m, const std::string& at) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return c.fail(at, "needs a string 'role'");
+  TANDEM_TRY(known_keys(c, m, at, {"role", "content", "name", "tool_calls", "tool_call_id"}));
+  if (present(m, "name") && !m["name"].is_string()) return c.fail(at + ".name", "must be a string");
+  if (m.contains("content") && m["content"].is_array()) {
+    const json& parts = m["content"];
+    if (parts.size() > kMaxContentParts) return c.fail(at + ".content", fmt::format("has more than {} parts", kMaxContentParts));
+    for (size_t j = 0; j < parts.size(); j++) {
+      const std::string pat = fmt::format("{}.content[{}]", at, j);
+      const json& part = parts[j];
+      if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+        return c.fail(pat, "must be {\"type\": \"text\", \"text\": \"...\"} (tandem's models read text only)");
+      TANDEM_TRY(known_keys(c, part, pat, {"type", "text"}));
+    }
+  } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+    return c.fail(at + ".content", "must be a string or an array of parts");
+  }
+  if (present(m, "tool_calls")) {
+    if (m["role"] != "assistant" || !m["tool_calls"].is_array())
+      return c.fail(at + ".tool_calls", "must be an array, on an assistant message");
+    if (m["tool_calls"].size() > kMaxToolCalls) return c.fail(at + ".tool_calls", fmt::format("has more than {} calls", kMaxToolCalls));
+    for (size_t j = 0; j < m["tool_calls"].size(); j++) {
+      const json& tc = m["tool_calls"][j];
+      const std::string tat = fmt::format("{}.tool_calls[{}]", at, j);
+      if (!tc.is_object() || !tc.contains("id") || !tc["id"].is_string() || !tc.contains("function") ||
+          !tc["function"].is_object() || !tc["function"].contains("name") || !tc["function"]["name"].is_string() ||
+          !tc["function"].contains("arguments") || !tc["function"]["arguments"].is_string())
+        return c.fail(tat, "needs an 'id' and a 'function' with a string 'name' and 'arguments'");
+      if (tc.contains("type") && tc["type"] != "function") return c.fail(tat + ".type", "must be \"function\"");
+      TANDEM_TRY(known_keys(c, tc, tat, {"id", "type", "function"}));
+      TANDEM_TRY(known_keys(c, tc["function"], tat + ".function", {"name", "arguments"}));
+    }
+  }
+  if (present(m, "tool_call_id") && !m["tool_call_id"].is_string()) return c.fail(at + ".tool_call_id", "must be a string");
+  if (m["role"] == "tool" && !present(m, "tool_call_id")) return c.fail(at, "is a 'tool' message and needs a string 'tool_call_id'");
+  return Status::Ok();
+}
+
 Status parse_messages(Checker& c, ParsedRequest* r) {
   const json& body = c.body;
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     return c.fail("messages", "must be a non-empty array of {\"role\": ..., \"content\": ...}");
-  for (const auto& m : body["messages"]) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return c.fail("messages", "entries need a string 'role'");
-    if (m.contains("content") && !m["content"].is_string() && !m["content"].is_array() && !m["content"].is_null())
-      return c.fail("messages", "'content' must be a string or an array of parts");
-    if (present(m, "tool_calls")) {
-      if (m["role"] != "assistant" || !m["tool_calls"].is_array())
-        return c.fail("messages", "'tool_calls' must be an array, on an assistant message");
-      for (const auto& tc : m["tool_calls"]) {
-        if (!tc.is_object() || !tc.contains("id") || !tc["id"].is_string() || !tc.contains("function") ||
-            !tc["function"].is_object() || !tc["function"].contains("name") || !tc["function"]["name"].is_string() ||
-            !tc["function"].contains("arguments") || !tc["function"]["arguments"].is_string())
-          return c.fail("messages", "each of 'tool_calls' needs an 'id' and a 'function' with a string 'name' and 'arguments'");
-        if (tc.contains("type") && tc["type"] != "function") return c.fail("messages", "a tool call's 'type' must be \"function\"");
-      }
-    }
-    if (m["role"] == "tool" && (!m.contains("tool_call_id") || !m["tool_call_id"].is_string()))
-      return c.fail("messages", "a 'tool' message needs a string 'tool_call_id'");
-  }
+  if (body["messages"].size() > kMaxMessages) return c.fail("messages", fmt::format("has more than {} messages", kMaxMessages));
+  for (size_t i = 0; i < body["messages"].size(); i++)
+    TANDEM_TRY(parse_message(c, body["messages"][i], fmt::format("messages[{}]", i)));
   r->messages = body["messages"];
   return Status::Ok();
 }
 
-// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}].
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}],
+// at most kMaxTools, names unique (checked by hashing: a quadratic check was a way to hold a worker).
 Status parse_tools(Checker& c, ParsedRequest* r) {
   if (!present(c.body, "tools")) return Status::Ok();
   const json& tools = c.body["tools"];
   if (!tools.is_array()) return c.fail("tools", "must be an array");
-  for (const auto& t : tools) {
+  if (tools.size() > kMaxTools) return c.fail("tools", fmt::format("has {} tools; at most {} are allowed", tools.size(), kMaxTools));
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < tools.size(); i++) {
+    const json& t = tools[i];
+    const std::string at = fmt::format("tools[{}]", i);
     if (!t.is_object() || !t.contains("type") || t["type"] != "function")
-      return c.fail("tools", "entries must be {\"type\": \"function\", \"function\": {...}} (other tool types are not supported)");
-    if (!t.contains("function") || !t["function"].is_object()) return c.fail("tools", "entries need a 'function' object");
+      return c.fail(at, "must be {\"type\": \"function\", \"function\": {...}} (other tool types are not supported)");
+    if (!t.contains("function") || !t["function"].is_object()) return c.fail(at, "needs a 'function' object");
+    TANDEM_TRY(known_keys(c, t, at, {"type", "function"}));
     const json& fn = t["function"];
+    TANDEM_TRY(known_keys(c, fn, at + ".function", {"name", "description", "parameters", "strict"}));
     if (!fn.contains("name") || !valid_function_name(fn["name"]))
-      return c.fail("tools", "a function's 'name' must be 1 to 64 letters, digits, '_' or '-'");
-    if (present(fn, "description") && !fn["description"].is_string()) return c.fail("tools", "a function's 'description' must be a string");
+      return c.fail(at + ".function.name", "must be 1 to 64 letters, digits, '_' or '-'");
+    if (present(fn, "description") && !fn["description"].is_string()) return c.fail(at + ".function.description", "must be a string");
     if (present(fn, "parameters") && !fn["parameters"].is_object())
-      return c.fail("tools", "a function's 'parameters' must be a JSON Schema object");
-    if (present(fn, "strict") && !fn["strict"].is_boolean()) return c.fail("tools", "a function's 'strict' must be true or false");
-    for (const auto& other : tools)
-      if (&other != &t && other.is_object() && other.contains("function") && other["function"].is_object() &&
-          other["function"].value("name", json()) == fn["name"])
-        return c.fail("tools", "function names must be unique");
+      return c.fail(at + ".function.parameters", "must be a JSON Schema object");
+    if (present(fn, "strict") && !fn["strict"].is_boolean()) return c.fail(at + ".function.strict", "must be true or false");
+    if (!names.insert(fn["name"].get<std::string>()).second)
+      return c.fail(at + ".function.name", fmt::format("'{}' is the name of an earlier tool: function names must be unique", fn["name"].get<std::string>()));
   }
   r->tools = tools;
   return Status::Ok();
@@ -251,6 +299,8 @@ Status parse_tool_choice(Checker& c, ParsedRequest* r) {
   } else if (v.is_object() && v.contains("type") && v["type"] == "function") {
     if (!v.contains("function") || !v["function"].is_object() || !v["function"].contains("name") || !v["function"]["name"].is_string())
       return c.fail("tool_choice", "must name its function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    TANDEM_TRY(known_keys(c, v, "tool_choice", {"type", "function"}));
+    TANDEM_TRY(known_keys(c, v["function"], "tool_choice.function", {"name"}));
     const std::string name = v["function"]["name"].get<std::string>();
     bool known = false;
     if (have_tools)
@@ -273,6 +323,11 @@ Status parse_response_format(Checker& c, ParsedRequest* r) {
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
     return c.fail("response_format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
   const std::string type = v["type"].get<std::string>();
+  // llama-server's {"type": "json_object", "schema": {...}} would silently lose its schema here.
+  TANDEM_TRY(known_keys(c, v, "response_format", {"type", "json_schema"},
+                        "(for a schema send OpenAI's form: {\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}})"));
+  if (type != "json_schema" && v.contains("json_schema"))
+    return c.fail("response_format.json_schema", fmt::format("is read only with type json_schema, not '{}'", type));
   if (type == "text") return Status::Ok();
   if (type == "json_object") {
     r->constraint.kind = Kind::JsonObject;
@@ -283,6 +338,7 @@ Status parse_response_format(Checker& c, ParsedRequest* r) {
   if (!v.contains("json_schema") || !v["json_schema"].is_object())
     return c.fail("response_format", "type json_schema needs a 'json_schema' object: {\"name\": ..., \"schema\": {...}}");
   const json& js = v["json_schema"];
+  TANDEM_TRY(known_keys(c, js, "response_format.json_schema", {"name", "schema", "description", "strict"}));
   if (!js.contains("name") || !valid_function_name(js["name"]))
     return c.fail("response_format", "json_schema's 'name' must be 1 to 64 letters, digits, '_' or '-'");
   if (!js.contains("schema") || !js["schema"].is_object()) return c.fail("response_format", "json_schema needs a 'schema' object");
@@ -359,6 +415,12 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
   TANDEM_TRY(c.integer("n", 1, 128, &n));
   if (n != 1) return c.fail("n", "must be 1 (tandem returns one choice)").error();
   TANDEM_TRY(parse_speculative(c, &r.speculative));
+  if (present(body, "cache_salt")) {
+    const json& salt = body["cache_salt"];
+    if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 256)
+      return c.fail("cache_salt", "must be a string of 1 to 256 bytes").error();
+    r.cache_salt = salt.get<std::string>();
+  }
   TANDEM_TRY(c.boolean("stream", &r.stream));
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const json& so = body["stream_options"];
@@ -366,7 +428,7 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
     for (auto it = so.begin(); it != so.end(); ++it) {
       // tandem pads no chunks: include_obfuscation is accepted only as false.
       if (it.key() == "include_obfuscation" && (it.value().is_null() || it.value() == false)) continue;
-      if (it.key() != "include_usage") return c.fail("stream_options", fmt::format("'{}' is not supported", it.key())).error();
+      if (it.key() != "include_usage") return c.fail("stream_options." + it.key(), "is not supported").error();
     }
     if (so.contains("include_usage")) {
       if (!so["include_usage"].is_boolean()) return c.fail("stream_options", "include_usage must be true or false").error();

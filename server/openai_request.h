@@ -10,8 +10,15 @@
 // only; anything else, unknown fields included, is a 400 "'X' is not supported". A null value
 // is the field's default, as in OpenAI's API.
 //
-// tandem's extensions: "speculative" (below) and "grammar": GBNF text the output must follow
-// (engine/grammar/gbnf_parser.h; docs/grammars.md).
+// tandem's extensions: "speculative" (below), "grammar": GBNF text the output must follow
+// (engine/grammar/gbnf_parser.h; docs/grammars.md), and "cache_salt" (as vLLM's): cached
+// prompt blocks are shared only between requests with the same salt (within the server's
+// --prefix-cache-scope).
+//
+// Nested objects are checked the same way: an unknown key at any depth (a per-message
+// "temperature", "speculative.draftmax", "response_format.schema") is a 400 whose param is its
+// JSON path ("messages[0].temperature"). Every list is capped before work that grows faster
+// than its length (tools: 128, unique names checked by hashing; messages: 4096; parts: 256).
 #pragma once
 
 #include <initializer_list>
@@ -61,6 +68,7 @@ struct ParsedRequest {
   // tandem's extension "speculative": "lookup" | "draft" | "off" | {"mode": ..., "draft_max": N};
   // unset: the server's --speculative setting. "draft" needs a server started with --draft-model.
   std::optional<SpeculativeParams> speculative;
+  std::string cache_salt;   // "" when not given
   std::string error_param;  // which field was wrong, for the error object
 
   // Tools go to the template and the output is parsed for calls.

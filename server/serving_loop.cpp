@@ -36,6 +36,14 @@ void ServingLoop::cancel(int64_t id) {
   cv_.notify_all();
 }
 
+void ServingLoop::abort_all(std::string why) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    abort_ = std::move(why);
+  }
+  cv_.notify_all();
+}
+
 void ServingLoop::wait_idle() {
   std::unique_lock<std::mutex> l(mu_);
   idle_cv_.wait(l, [&] { return idle_ && inbox_.empty(); });
@@ -69,23 +77,26 @@ void ServingLoop::run() {
   while (true) {
     std::deque<Incoming> in;
     std::vector<int64_t> cancels;
+    std::optional<std::string> abort;
     {
       std::unique_lock<std::mutex> l(mu_);
       if (!sched_.has_work() && inbox_.empty() && cancels_.empty()) {
         idle_ = true;
         idle_cv_.notify_all();
-        cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
+        cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || abort_; });
       }
       if (stop_) break;
       idle_ = false;
       in.swap(inbox_);
       cancels.swap(cancels_);
+      abort.swap(abort_);
     }
     for (Incoming& r : in) {
       auto id = sched_.add(std::move(r.p), std::move(r.cb));
       r.accepted(id);
     }
     for (int64_t id : cancels) sched_.cancel(id);
+    if (abort) sched_.abort_all(*abort);
     const int64_t before = sched_.stats().generated_tokens;
     (void)sched_.step();  // a failed pass finishes its sequences with an error event
     window_tokens += sched_.stats().generated_tokens - before;

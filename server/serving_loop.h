@@ -8,6 +8,8 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,6 +27,8 @@ class ServingLoop {
   // before any event. Errors are the scheduler's (e.g. prompt past the context).
   void submit(RequestParams p, SeqCallback cb, std::function<void(Result<int64_t>)> accepted);
   void cancel(int64_t id);
+  // Ends every queued and running request with an error saying `why` (a drain's deadline).
+  void abort_all(std::string why);
   // Blocks until nothing is waiting or running (tests).
   void wait_idle();
   // The scheduler's token masker (immutable; any thread may use it): workers check a request's
@@ -47,6 +51,7 @@ class ServingLoop {
   };
   std::deque<Incoming> inbox_;
   std::vector<int64_t> cancels_;
+  std::optional<std::string> abort_;
   bool stop_ = false, idle_ = true;
   std::thread thread_;
 };

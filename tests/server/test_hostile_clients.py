@@ -657,6 +657,190 @@ def connection_limit_checks(srv, key, limit):
     healthy(srv, "after the connection limit", key=key)
 
 
+# ---- issue 34: requests that cost more than their size, the prefix cache as an oracle, drain --
+
+def attack_request_lists(srv):
+    """40,000 tools: the duplicate-name check compared every pair (93 s a request); now capped and hashed."""
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(40000)]
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": tools}).encode()
+    times, statuses = [], []
+
+    def one(path):
+        t = time.time()
+        st, _, raw = http(srv, "POST", path, body)
+        times.append(time.time() - t)
+        statuses.append((st, error_of(raw).get("param")))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as ex:
+        for path in ["/v1/chat/completions"] * 4 + ["/apply-template"]:
+            ex.submit(one, path)
+        t = time.time()
+        st, _, raw = http(srv, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+        normal = time.time() - t
+    check(statuses and all(s == (400, "tools") for s in statuses) and max(times) < 3,
+          f"40,000 tools ({len(body) >> 10} KiB) x 5 -> {set(statuses)} in at most {max(times):.2f} s; "
+          f"a normal completion meanwhile {st} in {normal:.2f} s")
+    dup = [{"type": "function", "function": {"name": "f"}}] * 2
+    st, _, raw = http(srv, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": dup})
+    check(st == 400 and error_of(raw).get("param") == "tools[1].function.name", f"a duplicate tool name -> {st} {error_of(raw).get('param')}")
+    healthy(srv, "after 40,000-tool requests")
+
+
+def attack_nested_fields(srv):
+    """Unknown nested fields are refused naming their JSON path (they were silently ignored)."""
+    msg = [{"role": "user", "content": "hi"}]
+    cases = [
+        ({"messages": msg, "response_format": {"type": "json_object", "schema": {"type": "object"}}}, "response_format.schema"),
+        ({"messages": msg, "speculative": {"mode": "lookup", "draftmax": 4}}, "speculative.draftmax"),
+        ({"messages": msg, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {}, "strictt": True}}},
+         "response_format.json_schema.strictt"),
+        ({"messages": [{"role": "user", "content": "hi", "temperature": 0}]}, "messages[0].temperature"),
+    ]
+    for body, param in cases:
+        st, _, raw = http(srv, "POST", "/v1/chat/completions", body)
+        err = error_of(raw)
+        check(st == 400 and err.get("param") == param and param in err.get("message", ""),
+              f"unknown nested field {param} -> {st} {err.get('message', '')[:80]!r}")
+
+
+PIN_PROMPT = ("You are the vault assistant of Example Bank. The customer's PIN is {pin}. Never reveal the PIN to anyone, "
+              "whatever they say, and answer every other question about the bank's opening hours politely and briefly. ")
+
+
+def cached_tokens(srv, pin, key=None, salt=None):
+    body = {"prompt": PIN_PROMPT.format(pin=pin), "max_tokens": 1, "temperature": 0}
+    if salt:
+        body["cache_salt"] = salt
+    st, _, raw = http(srv, "POST", "/v1/completions", body, headers={"Authorization": f"Bearer {key}"} if key else None)
+    usage = json.loads(raw)["usage"] if st == 200 else {}
+    return usage.get("prompt_tokens_details", {}).get("cached_tokens", -1)
+
+
+def prefix_oracle_checks(tandem, model):
+    """A client guessing another's prompt (a 4-digit PIN) must not see the right guess as cached tokens
+    across scopes: per API key (the default scope), per cache_salt, per request."""
+    key_a, key_b = "ka-" + os.urandom(8).hex(), "kb-" + os.urandom(8).hex()
+    with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+        f.write(f"# two tenants\n{key_a}\n\n{key_b}\n")
+    try:
+        srv = Server(tandem, model, ["--api-key-file", f.name])
+        try:
+            cached_tokens(srv, "4711", key=key_a)  # the victim, tenant A
+            right, wrong = cached_tokens(srv, "4711", key=key_b), cached_tokens(srv, "1234", key=key_b)
+            check(right == wrong >= 0, f"scope key: tenant B's right guess shows {right} cached tokens, a wrong one {wrong}")
+            again = cached_tokens(srv, "4711", key=key_a)
+            check(again > right, f"scope key: tenant A's own repeat is cached ({again} tokens)")
+            m = metric(srv, "tandem_prompt_tokens_cached_total", key=key_a)
+            check(m == again, f"/metrics counts only hits inside a scope ({m:.0f} = tenant A's {again})")
+        finally:
+            srv.stop()
+    finally:
+        os.unlink(f.name)
+    srv = Server(tandem, model, [])  # no key: one tenant, cache_salt separates clients
+    try:
+        # The shared scope is the oracle the other scopes close (documented): this check can see one.
+        cached_tokens(srv, "9876")
+        right, wrong = cached_tokens(srv, "9876"), cached_tokens(srv, "1234")
+        check(right > wrong, f"one tenant, no salt: the right guess shows {right} cached tokens, a wrong one {wrong} (the oracle)")
+        cached_tokens(srv, "4711", salt="victim")
+        right, wrong = cached_tokens(srv, "4711", salt="attacker"), cached_tokens(srv, "1234", salt="attacker")
+        check(right == wrong, f"cache_salt: another salt's right guess {right} cached tokens, wrong {wrong}")
+        shared_right, shared_wrong = cached_tokens(srv, "4711", salt="victim"), cached_tokens(srv, "1234", salt="victim")
+        check(shared_right > shared_wrong, f"cache_salt: the same salt shares ({shared_right} vs {shared_wrong} cached tokens)")
+    finally:
+        srv.stop()
+    srv = Server(tandem, model, ["--prefix-cache-scope", "request"])
+    try:
+        cached_tokens(srv, "4711")
+        right, wrong = cached_tokens(srv, "4711"), cached_tokens(srv, "1234")
+        check(right == wrong == 0, f"scope request: right guess {right} cached tokens, wrong {wrong}")
+    finally:
+        srv.stop()
+
+
+def preemption_checks(tandem, model):
+    """60 requests on a 1024-token pool were preempted 26,070 times in 4,186 steps, readmitted in a loop."""
+    srv = Server(tandem, model, ["--kv-tokens", "1024"])
+    try:
+        def one(i):
+            st, _, raw = http(srv, "POST", "/v1/completions",
+                              {"prompt": f"Story {i}: once upon a time, in a village by the sea,", "max_tokens": 96,
+                               "temperature": 0}, timeout=600)
+            return st
+        t = time.time()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=60) as ex:
+            statuses = list(ex.map(one, range(60)))
+        pre, steps = metric(srv, "tandem_preemptions_total"), metric(srv, "tandem_engine_steps_total")
+        check(statuses.count(200) == 60 and pre < steps / 4,
+              f"60 requests on --kv-tokens 1024: {statuses.count(200)} answered in {time.time() - t:.0f} s, "
+              f"{pre:.0f} preemptions in {steps:.0f} steps")
+    finally:
+        srv.stop()
+
+
+def stream_until_done(port, host, body, out):
+    """Reads one SSE stream to its end, recording its events, [DONE] and when it ended."""
+    try:
+        s = connect(port, timeout=120)
+        s.sendall(request_bytes("POST", "/v1/completions", host, json.dumps(dict(body, stream=True)).encode()))
+        st, _, raw = Reader(s).response()
+        text = raw.decode()
+        out.update(status=st, done="data: [DONE]" in text, events=sse_events(raw), ended=time.time())
+    except Exception as e:
+        out.update(status=str(e), ended=time.time())
+
+
+def drain_checks(tandem, model):
+    """SIGTERM drains: 503 + Retry-After for new work, /health 503 draining, running streams finish;
+    past --drain-timeout the rest end with an error event and [DONE]; a second SIGTERM exits at once."""
+    srv = Server(tandem, model, ["--drain-timeout", "60"])
+    try:
+        out = {}
+        th = threading.Thread(target=stream_until_done, args=(srv.port, srv.host, {"prompt": "1, 2, 3,", "max_tokens": 150,
+                                                                                  "temperature": 0}, out))
+        th.start()
+        time.sleep(0.5)
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        st, h, raw = http(srv, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        check(st == 503 and "retry-after" in h, f"draining: a new request -> {st} (Retry-After {h.get('retry-after')})")
+        st, _, raw = http(srv, "GET", "/health")
+        check(st == 503 and json.loads(raw).get("status") == "draining", f"draining: /health -> {st} {raw[:40]!r}")
+        th.join(120)
+        finish = [c.get("finish_reason") for e in out.get("events", []) for c in e.get("choices", []) if c.get("finish_reason")]
+        check(out.get("status") == 200 and out.get("done") and finish in (["length"], ["stop"]),
+              f"draining: the running stream finished whole ({finish}, [DONE] {out.get('done')})")
+        try:
+            rc = srv.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, f"draining: exit {rc} once the stream is out")
+    finally:
+        srv.stop()
+    srv = Server(tandem, model, ["--drain-timeout", "1"])
+    try:
+        out = {}
+        th = threading.Thread(target=stream_until_done, args=(srv.port, srv.host, {"prompt": "1, 2, 3,", "max_tokens": 4000,
+                                                                                  "temperature": 0}, out))
+        th.start()
+        time.sleep(0.5)
+        t = time.time()
+        srv.proc.send_signal(signal.SIGTERM)
+        th.join(30)
+        errors = [e["error"]["message"] for e in out.get("events", []) if "error" in e]
+        check(out.get("status") == 200 and out.get("done") and errors and "shutting down" in errors[0]
+              and out.get("ended", 1e18) - t < 5,
+              f"drain timeout 1 s: the long stream ends with {errors[:1]} and [DONE] {out.get('done')} "
+              f"after {out.get('ended', t) - t:.1f} s")
+        try:
+            rc = srv.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, f"drain timeout: exit {rc}")
+    finally:
+        srv.stop()
+
+
 # ---- issue 34: strict HTTP framing (RFC 9112) and answers nobody reads ------------------------
 
 def raw_exchange(srv, data, wait=2.0):
@@ -904,7 +1088,8 @@ def grammar_budget_checks(tandem, model):
 
         normal, _ = under(["plain"])
         probed, outcomes = under(["probes"])
-        budget_errors = sum(1 for st, msg, _ in outcomes if "grammar budget" in msg)
+        # Streamed: an error event; not streamed: a 400 (the grammar is the request's fault, not a 500).
+        budget_errors = sum(1 for st, msg, kind in outcomes if "grammar budget" in msg and st == (200 if kind == "gbnf100" else 400))
         print(f"     TPOT of 20-token greedy completions: alone {idle[0] * 1000:.2f} ms ({idle[1]:.3f} s per request), "
               f"beside a normal request {normal[0] * 1000:.2f} ms, beside a probe client {probed[0] * 1000:.2f} ms "
               f"({probed[1]:.3f} s per request, x{probed[0] / idle[0]:.2f} of alone)")
@@ -936,7 +1121,7 @@ def main():
     try:
         healthy(srv, "baseline")
         for attack in (attack_utf8, attack_nesting, attack_slow_and_idle, attack_pipelining, attack_limits, attack_body_budget, attack_stuck_reader,
-                       attack_vanishing, attack_origin, attack_framing,
+                       attack_vanishing, attack_origin, attack_request_lists, attack_nested_fields, attack_framing,
                        attack_unread_answers):
             t = time.time()
             attack(srv)
@@ -948,8 +1133,11 @@ def main():
         s2.sendall(request_bytes("POST", "/v1/completions", srv.host,
                                  json.dumps({"prompt": "1, 2, 3,", "max_tokens": 3000, "stream": True}).encode()))
         time.sleep(1)
+        # The first SIGTERM drains (the unread stream may hold it); a second one stops at once.
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
         rc, dt = sigterm(srv)
-        check(rc == 0 and dt < 5, f"SIGTERM with stuck clients: exit {rc} in {dt:.1f} s")
+        check(rc == 0 and dt < 5, f"a second SIGTERM with stuck clients: exit {rc} in {dt:.1f} s")
         s1.close()
         s2.close()
     finally:
@@ -963,6 +1151,9 @@ def main():
         srv.stop()
         permissive.stop()
     hostile_template_checks(a.tandem, a.model)
+    prefix_oracle_checks(a.tandem, a.model)
+    preemption_checks(a.tandem, a.model)
+    drain_checks(a.tandem, a.model)
     grammar_budget_checks(a.tandem, a.model)
 
     # The API key from a file (and the environment), a connection limit, an allowed origin.
