@@ -86,14 +86,16 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   SeqEvent last;
   Timer t;
   auto added = sched.add(std::move(rp), [&](const SeqEvent& e) {
-    if (e.finish != FinishReason::None) {
-      last = e;
-      return true;
-    }
-    if (first) {
+    if (first && (e.finish == FinishReason::None || e.by_stop_token)) {
+      // The first token sampled; when it is a stop token no token event comes, but prefill ran
+      // all the same and its time and TTFT are recorded.
       first = false;
       st.prefill_s = sched.stats().pass_s;
       st.ttft_s = t.seconds();
+    }
+    if (e.finish != FinishReason::None) {
+      last = e;
+      return true;
     }
     return on_token(e.token);
   });

@@ -129,7 +129,9 @@ HttpResponse HttpServer::error(int status, const std::string& message, const std
 std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
   const Route rt = route(r);
   if (rt == Route::Unknown) return error(404, fmt::format("no such endpoint: {} {}", r.method, r.path()), "invalid_request_error", r);
-  if (rt == Route::Health) return std::nullopt;  // open to any monitor
+  if (rt == Route::Health)  // open to any monitor, but only to read
+    return r.method == "GET" || r.method == "HEAD" ? std::nullopt
+                                                   : std::optional(error(405, "/health needs GET", "invalid_request_error", r));
   if (draining_ && is_post(rt)) {
     HttpResponse refusal = error(503, "the server is shutting down; retry on another instance", "service_unavailable", r);
     refusal.headers.emplace_back("Retry-After", "5");

@@ -227,6 +227,28 @@ TEST(Model, GreedyGenerationSameWithAndWithoutCache) {
   EXPECT_EQ(b->kv_bytes, a->kv_bytes);  // naive mode's scratch blocks
 }
 
+// When the first token sampled is a stop token, prefill still ran: its time and TTFT are
+// recorded (they were lost, and `tandem explain` printed prefill in 0.00 ms; issue 35).
+TEST(Model, AStopTokenFirstKeepsPrefillTime) {
+  auto m = tiny(TinyShape{});
+  Generator gen(*m);
+  std::vector<int32_t> first;
+  ASSERT_TRUE(gen.generate({3, 4, 5, 6, 7}, greedy(1), [&](int32_t t) { return first.push_back(t), true; }).ok());
+  ASSERT_EQ(first.size(), 1u);
+  GenerationConfig cfg = greedy(8);
+  cfg.stop_at_eog = true;
+  cfg.stop_tokens = first;  // the greedy first token ends generation at once
+  int events = 0;
+  auto st = gen.generate({3, 4, 5, 6, 7}, cfg, [&](int32_t) { return ++events, true; });
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_EQ(events, 0);
+  EXPECT_TRUE(st->stopped_by_eog);
+  EXPECT_EQ(st->n_generated, 1);
+  EXPECT_EQ(st->n_decode_tokens, 0);
+  EXPECT_GT(st->prefill_s, 0.0);
+  EXPECT_GE(st->ttft_s, st->prefill_s);
+}
+
 // A chat's next turn: the Generator's pool persists, and the prefix cache hands the earlier
 // turn's full blocks (prompt and generated tokens alike) to the next prompt that starts with
 // them. The partial last block is recomputed; the answer is the same as from scratch.

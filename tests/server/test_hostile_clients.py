@@ -541,6 +541,8 @@ def attack_origin(srv):
     check(st == 403, f"preflight from a foreign origin -> {st}")
     st, _, _ = http(srv, "PUT", "/v1/completions")
     check(st == 405, f"PUT /v1/completions -> {st}")
+    st, _, _ = http(srv, "DELETE", "/health")
+    check(st == 405, f"DELETE /health -> {st} (open to read, not to anything else)")
     healthy(srv, "after Host/Origin checks")
 
 
