@@ -94,6 +94,10 @@ class Server:
         check(not self.sanitizer_reports, f"no sanitizer reports from the server ({len(self.sanitizer_reports)})")
 
 
+def under_asan(srv):
+    return srv.rss_bound_mb != RSS_GROWTH_BOUND_MB
+
+
 def sigterm(srv):
     """Sends SIGTERM; returns the exit code (None if still running after 10 s) and the seconds taken."""
     t = time.time()
@@ -586,8 +590,11 @@ def hostile_template_checks(tandem, model):
         for _ in range(4):
             ex.submit(http, srv, "POST", "/v1/chat/completions", body, None, "application/json", 30)
         time.sleep(0.3)
+        # The first SIGTERM drains (renders in flight may run to their 2 s limit); a second stops them at once.
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
         rc, dt = sigterm(srv)
-        check(rc == 0 and dt < 1.5, f"SIGTERM during 4 hostile renders: exit {rc} in {dt:.2f} s")
+        check(rc == 0 and dt < 1.5, f"a second SIGTERM during 4 hostile renders: exit {rc} in {dt:.2f} s")
         ex.shutdown(wait=True)
     finally:
         srv.stop()
@@ -924,6 +931,18 @@ def attack_unread_answers(srv):
     if not check(len(ids) == 1, f"unread answers: '#' x 80 is one token ({ids})"):
         return
     body = json.dumps({"tokens": ids * (1 << 18)}).encode()  # 262,144 tokens of 80 bytes: 21 MB of text
+    if under_asan(srv):
+        # Its bounds are the release build's: under ASan answers are made too slowly to fill the
+        # budget and the quarantine keeps freed memory. Here it checks memory safety only.
+        socks = [connect(srv.port, rcvbuf=4096) for _ in range(4)]
+        for s in socks:
+            s.sendall(request_bytes("POST", "/detokenize", srv.host, body))
+        time.sleep(3)
+        for s in socks:
+            s.close()
+        print("     (under ASan: 4 unread 21 MB answers, memory safety only; the bounds are checked in the release build)")
+        healthy(srv, "after unread 21 MB answers (ASan)")
+        return
     time.sleep(1.0)
     rss_before = srv.rss_mb()
     peak = [rss_before]
@@ -1104,7 +1123,7 @@ def grammar_budget_checks(tandem, model):
               f"a probe client moves the others' time per token by at most 2x (or a normal neighbour's cost): "
               f"{probed[0] * 1000:.2f} ms (alone {idle[0] * 1000:.2f} ms, beside a normal request {normal[0] * 1000:.2f} ms)")
         rss = srv.rss_mb()
-        check(rss - rss0 < 200, f"RSS after the probes: {rss:.0f} MB (before {rss0:.0f} MB; the mask caches hold at most 64 MiB)")
+        check(rss - rss0 < 200 * (3 if under_asan(srv) else 1), f"RSS after the probes: {rss:.0f} MB (before {rss0:.0f} MB; the mask caches hold at most 64 MiB)")
         healthy(srv, "grammar budget: after the probes")
     finally:
         srv.stop()
