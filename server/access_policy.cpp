@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <boost/asio/ip/address.hpp>
 
+#include "server/http_framing.h"
+
 namespace tandem::server {
 
 namespace {
@@ -13,12 +15,6 @@ std::string lower(std::string_view s) {
   std::string o(s);
   std::transform(o.begin(), o.end(), o.begin(), [](unsigned char c) { return (char)std::tolower(c); });
   return o;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 bool is_ip_literal(std::string_view name) {
@@ -68,7 +64,7 @@ bool constant_time_equal(std::string_view expected, std::string_view given) {
 bool AccessPolicy::host_allowed(std::string_view host) const {
   std::string name;
   int port = 0;
-  if (!split_host(trim(host), &name, &port)) return false;
+  if (!split_host(trim_ows(host), &name, &port)) return false;
   for (const auto& h : o_.allowed_hosts)
     if (lower(h) == name) return true;  // named by the user: any port (a proxy may rewrite it)
   if (port != o_.port) return false;
@@ -112,7 +108,7 @@ std::optional<Refusal> AccessPolicy::check(const HttpRequest& r, bool needs_key)
   }
   if (r.method == "POST") {
     const auto ct = r.header("Content-Type");
-    const std::string media = ct ? lower(trim(ct->substr(0, ct->find(';')))) : "";
+    const std::string media = ct ? lower(trim_ows(ct->substr(0, ct->find(';')))) : "";
     if (media != "application/json")
       return Refusal{415, fmt::format("POST bodies must be sent as Content-Type: application/json (got '{}')", ct ? *ct : ""),
                      "invalid_request_error"};

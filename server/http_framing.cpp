@@ -13,12 +13,6 @@ namespace {
 
 using boost::beast::iequals;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // The elements of every field line named `name`, in order, as one comma-separated list (RFC 9110
 // 5.3: lines of one name combine so); empty elements are skipped, as 5.6.1 asks.
 std::vector<std::string_view> list_elements(const HttpRequest& r, std::string_view name) {
@@ -28,7 +22,7 @@ std::vector<std::string_view> list_elements(const HttpRequest& r, std::string_vi
     std::string_view rest = v;
     while (true) {
       const size_t comma = rest.find(',');
-      if (auto e = trim(rest.substr(0, comma)); !e.empty()) out.push_back(e);
+      if (auto e = trim_ows(rest.substr(0, comma)); !e.empty()) out.push_back(e);
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
@@ -77,6 +71,12 @@ bool known_method(std::string_view m) {
 }
 
 }  // namespace
+
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
 
 std::optional<FramingRefusal> check_framing(const HttpRequest& r) {
   if (auto refusal = check_body_length(r)) return refusal;

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/http_transport.h"
 
@@ -19,5 +20,8 @@ struct FramingRefusal {
 
 // The first problem of a request's header, or nullopt when it may be read and answered.
 std::optional<FramingRefusal> check_framing(const HttpRequest& header_only);
+
+// A field value without the optional whitespace (spaces and tabs) around it (RFC 9110 5.6.3).
+std::string_view trim_ows(std::string_view s);
 
 }  // namespace tandem::server

@@ -331,8 +331,11 @@ class TestHandler : public HttpHandler {
   }
 };
 
-int dial(int port) {
+// A loopback connection; `receive_window` > 0 shrinks its receive buffer (a client that
+// never reads then stalls the server's writes at once).
+int dial(int port, int receive_window = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (receive_window > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_window, sizeof receive_window);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons((uint16_t)port);
@@ -632,20 +635,7 @@ TEST_F(TransportFixture, HeadAnswersWithoutTheBody) {
 }
 
 // A client that sends its request and never reads (its receive window as small as the kernel allows).
-int dial_never_reading(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int small_window = 1024;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small_window, sizeof small_window);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, (sockaddr*)&a, sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+int dial_never_reading(int port) { return dial(port, 1024); }
 
 TEST_F(TransportFixture, UnsentAnswersAreBoundedAcrossConnections) {
   HttpLimits l = small();

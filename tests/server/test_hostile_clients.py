@@ -98,15 +98,19 @@ def under_asan(srv):
     return srv.rss_bound_mb != RSS_GROWTH_BOUND_MB
 
 
+def exit_code(srv, timeout):
+    """The server's exit code, or None if it is still running after `timeout` seconds."""
+    try:
+        return srv.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def sigterm(srv):
     """Sends SIGTERM; returns the exit code (None if still running after 10 s) and the seconds taken."""
     t = time.time()
     srv.proc.send_signal(signal.SIGTERM)
-    try:
-        rc = srv.proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        rc = None
-    return rc, time.time() - t
+    return exit_code(srv, 10), time.time() - t
 
 
 # ---- raw HTTP ---------------------------------------------------------------------------------
@@ -799,16 +803,23 @@ def stream_until_done(port, host, body, out):
         out.update(status=str(e), ended=time.time())
 
 
+def counting_stream(srv, max_tokens):
+    """Starts a greedy stream of up to `max_tokens` in a thread; returns it and its result dict, once
+    the stream is under way."""
+    out = {}
+    th = threading.Thread(target=stream_until_done, args=(srv.port, srv.host, {"prompt": "1, 2, 3,", "max_tokens": max_tokens,
+                                                                              "temperature": 0}, out))
+    th.start()
+    time.sleep(0.5)
+    return th, out
+
+
 def drain_checks(tandem, model):
     """SIGTERM drains: 503 + Retry-After for new work, /health 503 draining, running streams finish;
     past --drain-timeout the rest end with an error event and [DONE]; a second SIGTERM exits at once."""
     srv = Server(tandem, model, ["--drain-timeout", "60"])
     try:
-        out = {}
-        th = threading.Thread(target=stream_until_done, args=(srv.port, srv.host, {"prompt": "1, 2, 3,", "max_tokens": 150,
-                                                                                  "temperature": 0}, out))
-        th.start()
-        time.sleep(0.5)
+        th, out = counting_stream(srv, 150)
         srv.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         st, h, raw = http(srv, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
@@ -819,20 +830,13 @@ def drain_checks(tandem, model):
         finish = [c.get("finish_reason") for e in out.get("events", []) for c in e.get("choices", []) if c.get("finish_reason")]
         check(out.get("status") == 200 and out.get("done") and finish in (["length"], ["stop"]),
               f"draining: the running stream finished whole ({finish}, [DONE] {out.get('done')})")
-        try:
-            rc = srv.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            rc = None
+        rc = exit_code(srv, 15)
         check(rc == 0, f"draining: exit {rc} once the stream is out")
     finally:
         srv.stop()
     srv = Server(tandem, model, ["--drain-timeout", "1"])
     try:
-        out = {}
-        th = threading.Thread(target=stream_until_done, args=(srv.port, srv.host, {"prompt": "1, 2, 3,", "max_tokens": 4000,
-                                                                                  "temperature": 0}, out))
-        th.start()
-        time.sleep(0.5)
+        th, out = counting_stream(srv, 4000)
         t = time.time()
         srv.proc.send_signal(signal.SIGTERM)
         th.join(30)
@@ -841,10 +845,7 @@ def drain_checks(tandem, model):
               and out.get("ended", 1e18) - t < 5,
               f"drain timeout 1 s: the long stream ends with {errors[:1]} and [DONE] {out.get('done')} "
               f"after {out.get('ended', t) - t:.1f} s")
-        try:
-            rc = srv.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            rc = None
+        rc = exit_code(srv, 10)
         check(rc == 0, f"drain timeout: exit {rc}")
     finally:
         srv.stop()
