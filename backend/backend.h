@@ -126,6 +126,10 @@ class Backend {
   virtual ~Backend() = default;
   // "cpu avx512, 2 threads, 8-bit activations": for logs and reports.
   virtual std::string describe() const = 0;
+  // The backend's first failure, sticky (Ok when none). Ops return nothing, so a device fault
+  // or a failed library call is kept here (and later ops skipped); Model::forward checks it
+  // after every pass, so a failure is an error, never NaN logits. The CPU backend never fails.
+  virtual Status error() const { return Status::Ok(); }
 
   // ---- memory ----
   virtual Tensor new_tensor(int64_t rows, int64_t cols) = 0;  // F32, contents undefined

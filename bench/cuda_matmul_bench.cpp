@@ -28,6 +28,14 @@ using namespace tandem::cuda;
     }                                                                                     \
   } while (0)
 
+// A product that failed (cuBLAS, a workspace too small): the bench stops saying why.
+void must(const Status& st) {
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
+    std::exit(1);
+  }
+}
+
 constexpr size_t kColdBytes = size_t(512) << 20;  // copies past the H200's 60 MB of L2
 
 struct Timing {
@@ -89,9 +97,9 @@ void bench_type(DType t, int64_t rows, int64_t cols, MatmulWorkspace& ws, const 
   }
   const double gb = (double)raw.size() / 1e9;
   const int per_graph = std::max(copies, 64);
-  const double us1 = time_graph(s, per_graph, 15, [&](int i) { matmul(w[i % copies], x, 1, out, nullptr, ws, s); });
-  const double us8 = time_graph(s, per_graph, 15, [&](int i) { matmul(w[i % copies], x, 8, out, nullptr, ws, s); });
-  const double usg = time_graph(s, 8, 7, [&](int i) { matmul(w[i % copies], x, 512, out, nullptr, ws, s); });
+  const double us1 = time_graph(s, per_graph, 15, [&](int i) { must(matmul(w[i % copies], x, 1, out, nullptr, ws, s)); });
+  const double us8 = time_graph(s, per_graph, 15, [&](int i) { must(matmul(w[i % copies], x, 8, out, nullptr, ws, s)); });
+  const double usg = time_graph(s, 8, 7, [&](int i) { must(matmul(w[i % copies], x, 512, out, nullptr, ws, s)); });
   std::printf("%-5s %6lld x %-6lld %8.2f MB | n=1 %8.2f us %7.0f GB/s | n=8 %8.2f us %7.0f GB/s | n=512 %9.2f us %7.1f TFLOP/s\n",
               std::string(dtype_name(t)).c_str(), (long long)rows, (long long)cols, gb * 1e3, us1, gb / (us1 * 1e-6), us8,
               gb / (us8 * 1e-6), usg, 2.0 * 512 * rows * cols / (usg * 1e-6) / 1e12);

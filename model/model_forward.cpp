@@ -30,7 +30,9 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
   const int64_t n_logits = (int64_t)b.logit_rows().size();
   ensure_scratch(b.n_tokens(), std::max<int64_t>(1, n_logits));
   pass(pool.store(), b, 0);
-  return backend_->read(logits_).subspan(0, (size_t)n_logits * (size_t)c.n_vocab);
+  const std::span<const float> logits = backend_->read(logits_);  // waits for the pass: its faults show now
+  if (Status s = backend_->error(); !s.ok()) return make_error("the forward pass failed: {}", s.error().message);
+  return logits.subspan(0, (size_t)n_logits * (size_t)c.n_vocab);
 }
 
 Result<std::unique_ptr<BlockPool>> Model::new_kv_pool(int64_t n_blocks, DType dtype, int block_tokens,

@@ -132,6 +132,10 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
   if (rt == Route::Health)  // open to any monitor, but only to read
     return r.method == "GET" || r.method == "HEAD" ? std::nullopt
                                                    : std::optional(error(405, "/health needs GET", "invalid_request_error", r));
+  if (is_post(rt))
+    if (auto failed = ctx_.loop.backend_failure())
+      return error(503, "the model's backend failed and cannot compute until the server restarts: " + *failed,
+                   "service_unavailable", r);
   if (draining_ && is_post(rt)) {
     HttpResponse refusal = error(503, "the server is shutting down; retry on another instance", "service_unavailable", r);
     refusal.headers.emplace_back("Retry-After", "5");
@@ -152,6 +156,8 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
   switch (route(r)) {
     case Route::Health:  // 503 while draining: a load balancer stops sending here
       if (draining_) return HttpResponse{503, "application/json", R"({"status":"draining"})", {{"Retry-After", "5"}}, false};
+      if (auto failed = ctx_.loop.backend_failure())  // a device fault: send no more work here
+        return HttpResponse{503, "application/json", dump_json(ojson{{"status", "unhealthy"}, {"error", *failed}}), {}, false};
       return HttpResponse{200, "application/json", R"({"status":"ok"})", {}, false};
     case Route::Metrics:
       return HttpResponse{200, "text/plain; version=0.0.4", metrics_.render(), access_.cors_headers(r), false};

@@ -1,11 +1,13 @@
 #include "server/serving_loop.h"
 
+#include <cstdio>
+
 #include "core/timer.h"
 
 namespace tandem::server {
 
 ServingLoop::ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
-    : sched_(model, pool, o), pool_(pool), metrics_(metrics) {
+    : sched_(model, pool, o), model_(model), pool_(pool), metrics_(metrics) {
   publish_gauges(0);  // the pool's size shows in /metrics before the first request
   thread_ = std::thread([this] { run(); });
 }
@@ -42,6 +44,11 @@ void ServingLoop::abort_all(std::string why) {
     abort_ = std::move(why);
   }
   cv_.notify_all();
+}
+
+std::optional<std::string> ServingLoop::backend_failure() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return backend_failure_;
 }
 
 void ServingLoop::wait_idle() {
@@ -98,7 +105,17 @@ void ServingLoop::run() {
     for (int64_t id : cancels) sched_.cancel(id);
     if (abort) sched_.abort_all(*abort);
     const int64_t before = sched_.stats().generated_tokens;
-    (void)sched_.step();  // a failed pass finishes its sequences with an error event
+    // A failed pass finishes its sequences with an error event; one the backend keeps (a
+    // device fault) also marks the server unhealthy.
+    if (!sched_.step().ok())
+      if (Status be = model_.backend().error(); !be.ok()) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!backend_failure_) {
+          backend_failure_ = be.error().message;
+          std::fprintf(stderr, "tandem serve: the backend failed (%s): every request now answers 503\n",
+                       be.error().message.c_str());
+        }
+      }
     window_tokens += sched_.stats().generated_tokens - before;
     if (window.seconds() >= 2.0) {
       rate = window_tokens / window.seconds();

@@ -34,15 +34,20 @@ class ServingLoop {
   // The scheduler's token masker (immutable; any thread may use it): workers check a request's
   // grammar with it before submitting, so a grammar that cannot start is a 400.
   std::shared_ptr<const grammar::TokenMasker> masker() const { return sched_.masker(); }
+  // The model's backend error once a pass has failed with one (a GPU fault is sticky: every
+  // later pass would fail too), else nullopt. /health and new requests answer 503 with it.
+  std::optional<std::string> backend_failure() const;
 
  private:
   void run();
   void publish_gauges(double tokens_per_s);  // the engine thread's (or the constructor's) view
 
   Scheduler sched_;
+  Model& model_;
   BlockPool& pool_;
   Metrics& metrics_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::optional<std::string> backend_failure_;  // under mu_
   std::condition_variable cv_, idle_cv_;
   struct Incoming {
     RequestParams p;

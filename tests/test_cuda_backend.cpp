@@ -18,14 +18,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_batch.h"
 #include "core/fp16.h"
+#include "cuda_gpu.h"
 
 namespace tandem {
 namespace {
-
-#define NEED_GPU(g)                                                                   \
-  auto g##_made = CudaBackend::create();                                              \
-  if (!g##_made.ok()) GTEST_SKIP() << "no GPU here: " << g##_made.error().message;    \
-  CudaBackend& g = *g##_made.value()
 
 std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
   std::mt19937 rng(seed);
@@ -280,9 +276,12 @@ std::vector<float> q8_0_round_trip(const std::vector<float>& x) {
   return out;
 }
 
-std::vector<uint8_t> download(const KvStore& kv) {
+// The store's bytes, copied on the backend's stream: it is non-blocking, so a copy on the
+// legacy default stream would not wait for the kernels that wrote them.
+std::vector<uint8_t> download(CudaBackend& be, const KvStore& kv) {
   std::vector<uint8_t> h(kv.bytes());
-  EXPECT_EQ(cudaMemcpy(h.data(), kv.data, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), kv.data, h.size(), cudaMemcpyDeviceToHost, be.stream()), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(be.stream()), cudaSuccess);
   return h;
 }
 
@@ -299,10 +298,10 @@ TEST(CudaBackend, StoreKvWritesTheCpuBytesForEveryDtype) {
     const size_t rb = kv_row_bytes(dt, n_kv, hd).value();
     auto gkv = g.new_kv_store(dt, layers, bt, 4, rb);
     ASSERT_TRUE(gkv.ok()) << gkv.error().message;
-    ASSERT_EQ(cudaMemset(gkv->data, 0, gkv->bytes()), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(gkv->data, 0, gkv->bytes(), g.stream()), cudaSuccess);  // in order with the pass
     Tensor K = g.upload(k, n, n_kv * hd), V = g.upload(v, n, n_kv * hd);
     g.run_pass(n, [&] { g.store_kv(K, V, gkv.value(), 1, b); });
-    const std::vector<uint8_t> got = download(gkv.value());
+    const std::vector<uint8_t> got = download(g, gkv.value());
     ASSERT_TRUE(g.error().ok()) << g.error().error().message;
     // The expected bytes: the CPU's store (f32, f16) or GGML's q8_0 rows, at the same slots.
     std::vector<uint8_t> want(got.size(), 0);

@@ -22,6 +22,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_gpu.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
 #include "tiny_model.h"
@@ -162,32 +163,29 @@ void run_model(CudaBackend& g, const FileMaker& make_file, const std::string& la
 }
 
 TEST(CudaForward, LogitsEqualCpuForEveryWeightType) {
-  auto made = CudaBackend::create();
-  if (!made.ok()) GTEST_SKIP() << "no GPU here: " << made.error().message;
+  NEED_GPU(gpu);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
-    run_model(*made.value(), t, DType::F16);
+    run_model(gpu, t, DType::F16);
   }
 }
 
 TEST(CudaForward, LogitsEqualCpuForEveryKvType) {
-  auto made = CudaBackend::create();
-  if (!made.ok()) GTEST_SKIP() << "no GPU here: " << made.error().message;
+  NEED_GPU(gpu);
   for (DType kv : {DType::F32, DType::F16, DType::Q8_0}) {
     SCOPED_TRACE(dtype_name(kv));
-    run_model(*made.value(), DType::Q4_0, kv);
+    run_model(gpu, DType::Q4_0, kv);
   }
 }
 
 // Every family's pass: what the spec turns on reaches the CUDA kernels and gives the CPU's logits.
 TEST(CudaForward, LogitsEqualCpuForEveryFamily) {
-  auto made = CudaBackend::create();
-  if (!made.ok()) GTEST_SKIP() << "no GPU here: " << made.error().message;
+  NEED_GPU(gpu);
   for (const char* family : kFamilies)
     for (DType t : {DType::F32, DType::Q8_0}) {
       SCOPED_TRACE(fmt::format("{}, {} weights", family, dtype_name(t)));
       const test::TinyShape s = family_shape(family, t);
-      run_model(*made.value(), [s] { return test::tiny_model_file(s, 13); },
+      run_model(gpu, [s] { return test::tiny_model_file(s, 13); },
                 fmt::format("{} ({} weights)", family, dtype_name(t)), DType::F16);
     }
 }
@@ -234,8 +232,7 @@ TEST(CudaForward, FamilyShapesReachTheNewKernels) {
 TEST(CudaForward, MatchesTorchReference) {
   const char* dir = std::getenv("TANDEM_TORCH_REF");
   if (!dir) GTEST_SKIP() << "TANDEM_TORCH_REF is not set (scripts/gpu_check.sh sets it)";
-  auto made = CudaBackend::create();
-  if (!made.ok()) GTEST_SKIP() << "no GPU here: " << made.error().message;
+  NEED_GPU(gpu);
   const std::string d = dir;
   std::vector<int32_t> tokens;
   {
@@ -252,7 +249,7 @@ TEST(CudaForward, MatchesTorchReference) {
     bf.seekg(0);
     bf.read(reinterpret_cast<char*>(want.data()), (std::streamsize)bytes);
   }
-  CudaBackend& g = *made.value();
+  CudaBackend& g = gpu;
   CpuBackend cpu(CpuBackendOptions{cpu::best_isa(), 0, false, {}});
   Compare cmp[2];
   for (int i = 0; i < 2; i++) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/cuda/cublas_api.h"
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_matmul.h"
 #include "backend/cuda/cuda_matmul_internal.cuh"
 #include "backend/cuda/cuda_matmul_prepared.cuh"
@@ -341,20 +342,11 @@ TEST(CudaMatmulHost, RepackKeepsEveryByte) {
 // ---------------------------------------------------------------------------------------------
 // Device: the kernels themselves.
 
-std::string no_device_reason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("no CUDA device: ") + cudaGetErrorString(e);
-  }
-  if (n == 0) return "no CUDA device";
-  return "";
-}
-
-#define REQUIRE_CUDA_DEVICE()                                \
-  do {                                                       \
-    if (const std::string why = no_device_reason(); !why.empty()) GTEST_SKIP() << why; \
+// Skips only where there is no CUDA device; one that is there but broken fails the test.
+#define REQUIRE_CUDA_DEVICE()                                                                     \
+  do {                                                                                            \
+    if (const std::string why = no_cuda_device(); !why.empty()) GTEST_SKIP() << "no CUDA device: " << why; \
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess) << "a CUDA device is present but cannot be used";    \
   } while (0)
 
 template <class T>
@@ -402,7 +394,7 @@ TEST_F(CudaMatmulDevice, ProductsMatchFloat64Reference) {
     for (int64_t n : {1, 2, 5, 8, 9, 64, 300}) {
       const float* in = static_cast<const float*>(dx.get());
       float* out = static_cast<float*>(dout->get());
-      matmul(*w, in, n, out, static_cast<const float*>(dbias.get()), ws, stream_);
+      EXPECT_TRUE(matmul(*w, in, n, out, static_cast<const float*>(dbias.get()), ws, stream_).ok());
       const std::vector<float> got = from_device(out, n * kRows);
       const std::vector<float> xn(x.begin(), x.begin() + n * kCols);
       const Q8Act a = quantize(xn, std::min<int64_t>(n, 8), kCols);
@@ -436,7 +428,7 @@ TEST_F(CudaMatmulDevice, PlainTypesWithUnevenColumns) {
     ASSERT_TRUE(w.ok()) << w.error().message;
     for (int64_t n : {1, 3, 20}) {
       float* out = static_cast<float*>(dout->get());
-      matmul(*w, static_cast<const float*>(dx.get()), n, out, nullptr, ws, stream_);
+      EXPECT_TRUE(matmul(*w, static_cast<const float*>(dx.get()), n, out, nullptr, ws, stream_).ok());
       const std::vector<float> got = from_device(out, n * rows);
       const std::vector<float> xn(x.begin(), x.begin() + n * cols);
       for (int64_t tok = 0; tok < n; tok++)
@@ -461,7 +453,7 @@ TEST_F(CudaMatmulDevice, EmbedEqualsDequantizeRow) {
     const HostWeight h = make_weight(t, kRows, kCols, 12);
     auto w = upload_weight(h.source(), stream_);
     ASSERT_TRUE(w.ok()) << w.error().message;
-    embed(*w, static_cast<const int32_t*>(dtok.get()), (int64_t)tokens.size(), static_cast<float*>(dout->get()), 1.0f, stream_);
+    EXPECT_TRUE(embed(*w, static_cast<const int32_t*>(dtok.get()), (int64_t)tokens.size(), static_cast<float*>(dout->get()), 1.0f, stream_).ok());
     const std::vector<float> got = from_device(dout->get(), tokens.size() * kCols);
     for (size_t i = 0; i < tokens.size(); i++)
       for (int64_t c = 0; c < kCols; c++) {
@@ -492,9 +484,9 @@ TEST_F(CudaMatmulDevice, PreparedGroupEqualsSeparateProducts) {
   for (int64_t n : {1, 8, 64}) {
     prepare_input(in, n, kCols, ws);
     for (const DeviceWeight& w : ws_group) {
-      matmul_prepared(w, in, n, static_cast<float*>(a->get()), nullptr, ws, stream_);
+      EXPECT_TRUE(matmul_prepared(w, in, n, static_cast<float*>(a->get()), nullptr, ws, stream_).ok());
       const std::vector<float> grouped = from_device(a->get(), n * kRows);
-      matmul(w, in, n, static_cast<float*>(b->get()), nullptr, ws, stream_);
+      EXPECT_TRUE(matmul(w, in, n, static_cast<float*>(b->get()), nullptr, ws, stream_).ok());
       const std::vector<float> alone = from_device(b->get(), n * kRows);
       ASSERT_EQ(0, std::memcmp(grouped.data(), alone.data(), grouped.size() * 4)) << dtype_name(w.type) << " n=" << n;
       prepare_input(in, n, kCols, ws);  // matmul() re-prepared: name the group's input again
@@ -515,10 +507,10 @@ TEST_F(CudaMatmulDevice, GraphCaptureReplaysOnNewInput) {
   const float* in = static_cast<const float*>(dx.get());
   float* o = static_cast<float*>(out->get());
   auto run = [&](float* dst) {
-    matmul(*wq, in, 1, dst, nullptr, ws, stream_);
-    matmul(*wf, in, 8, dst + 64 * kRows, nullptr, ws, stream_);
-    matmul(*wq, in, 64, dst + 2 * 64 * kRows, nullptr, ws, stream_);
-    matmul(*wf, in, 64, dst + 3 * 64 * kRows, nullptr, ws, stream_);
+    EXPECT_TRUE(matmul(*wq, in, 1, dst, nullptr, ws, stream_).ok());
+    EXPECT_TRUE(matmul(*wf, in, 8, dst + 64 * kRows, nullptr, ws, stream_).ok());
+    EXPECT_TRUE(matmul(*wq, in, 64, dst + 2 * 64 * kRows, nullptr, ws, stream_).ok());
+    EXPECT_TRUE(matmul(*wf, in, 64, dst + 3 * 64 * kRows, nullptr, ws, stream_).ok());
   };
   run(o);  // first use outside the capture (as a backend warms up before capturing)
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
@@ -544,6 +536,22 @@ TEST_F(CudaMatmulDevice, GraphCaptureReplaysOnNewInput) {
     ASSERT_EQ(0, std::memcmp(replayed.data() + part * 64 * kRows, direct.data() + part * 64 * kRows, n * kRows * 4))
         << "product " << part;
   }
+}
+
+// A product the workspace was not reserved for is an error the caller keeps, not an abort():
+// one such bug must not take the whole process (a server, a test run) down with it.
+TEST_F(CudaMatmulDevice, ProductPastTheWorkspaceIsAnError) {
+  MatmulWorkspace ws;
+  ASSERT_TRUE(ws.reserve(1, kCols, kRows, stream_).ok());
+  auto w = upload_weight(make_weight(DType::Q4_0, kRows, kCols, 19).source(), stream_);
+  ASSERT_TRUE(w.ok());
+  DeviceBuffer dx = to_device(random_floats(3 * kCols, 20));
+  auto out = device_alloc(3 * kRows * sizeof(float), "out");
+  ASSERT_TRUE(out.ok());
+  const Status s = matmul(*w, static_cast<const float*>(dx.get()), 3, static_cast<float*>(out->get()), nullptr, ws, stream_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("past the reserved workspace"), std::string::npos) << s.error().message;
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << "nothing was launched";
 }
 
 TEST_F(CudaMatmulDevice, AllocationTooLargeNamesTheBytes) {

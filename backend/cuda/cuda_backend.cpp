@@ -33,6 +33,9 @@ std::shared_ptr<void> device_owner(void* p) {
 
 std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", (double)bytes / (1ull << 30)); }
 
+// Passes whose capture failed, kept apart before graphs are turned off altogether.
+constexpr size_t kMaxUncapturable = 8;
+
 int kv_code(DType t) { return t == DType::F32 ? cuda::kKvF32 : t == DType::F16 ? cuda::kKvF16 : cuda::kKvQ8_0; }
 
 cuda::KvView kv_view(const KvStore& kv, int layer) {
@@ -93,16 +96,19 @@ void CudaBackend::fail(Status s) {
   std::fprintf(stderr, "tandem: CUDA backend: %s\n", error_.error().message.c_str());
 }
 
+void CudaBackend::note(Status s) {
+  if (s.ok()) return;
+  if (mode_ == Mode::Capture) {
+    if (capture_error_.ok()) capture_error_ = std::move(s);
+  } else {
+    fail(std::move(s));
+  }
+}
+
 void CudaBackend::after_launch(const char* what, int kernels) {
   kernels_ += kernels;
   const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return;
-  Status s = cuda::check(e, what);
-  if (mode_ == Mode::Capture) {
-    if (capture_error_.ok()) capture_error_ = s;
-  } else {
-    fail(s);
-  }
+  if (e != cudaSuccess) note(cuda::check(e, what));
 }
 
 Status CudaBackend::synchronize() {
@@ -364,15 +370,21 @@ void CudaBackend::run_pass(int64_t n_tokens, const std::function<void()>& body) 
   kernels_ = 0;
   last_pass_ = {};
   begin_staging();
-  if (opts_.graphs && n_tokens <= opts_.graph_max_tokens) {
+  // cuBLAS's GEMMs are never captured: a pass whose products reach them runs directly.
+  if (opts_.graphs && n_tokens <= opts_.graph_max_tokens && !cuda::matmul_uses_cublas(n_tokens)) {
     run_graph(body);
   } else {
-    mode_ = Mode::Direct;
-    body();
-    last_pass_.kernels = kernels_;
+    run_direct(body);
   }
   mode_ = Mode::Direct;
   in_pass_ = false;
+}
+
+void CudaBackend::run_direct(const std::function<void()>& body) {
+  mode_ = Mode::Direct;
+  kernels_ = 0;
+  body();
+  last_pass_.kernels = kernels_;
 }
 
 namespace {
@@ -394,9 +406,14 @@ void CudaBackend::run_graph(const std::function<void()>& body) {
   // 1. Record: what every op would launch, and the batch's arrays staged on the host.
   mode_ = Mode::Record;
   sig_.clear();
+  sig_uses_cublas_ = false;
   body();
   mode_ = Mode::Direct;
   if (failed()) return;
+  if (sig_uses_cublas_ || std::find(uncapturable_.begin(), uncapturable_.end(), sig_) != uncapturable_.end()) {
+    begin_staging();  // the direct run stages and copies as it goes
+    return run_direct(body);
+  }
   flush_staging();  // this step's arrays to the fixed device buffer, before the graph reads them
   for (Graph& g : graphs_)
     if (g.sig == sig_) {
@@ -427,15 +444,22 @@ void CudaBackend::run_graph(const std::function<void()>& body) {
   const int64_t kernels = graph ? kernel_nodes(graph) : -1;
   if (graph) cudaGraphDestroy(graph);
   if (!s.ok()) {
-    // A pass that cannot be captured still runs: directly, now and from now on.
+    // A pass that cannot be captured still runs, directly; so does every later pass of this
+    // shape, while other shapes keep their graphs. A sticky fault fails the direct run too,
+    // and becomes the backend's error there.
     cudaGetLastError();
-    std::fprintf(stderr, "tandem: CUDA backend: graphs off (%s)\n", s.error().message.c_str());
-    opts_.graphs = false;
+    uncapturable_.push_back(sig_);
+    if (uncapturable_.size() >= kMaxUncapturable) {
+      std::fprintf(stderr, "tandem: CUDA backend: graphs off after %zu pass shapes failed to capture (last: %s)\n",
+                   uncapturable_.size(), s.error().message.c_str());
+      opts_.graphs = false;
+      uncapturable_.clear();
+    } else {
+      std::fprintf(stderr, "tandem: CUDA backend: a pass shape runs without a graph (%s)\n",
+                   s.error().message.c_str());
+    }
     begin_staging();
-    kernels_ = 0;
-    body();
-    last_pass_.kernels = kernels_;
-    return;
+    return run_direct(body);
   }
   if ((int)graphs_.size() >= std::max(1, opts_.graph_cache)) {
     auto lru = std::min_element(graphs_.begin(), graphs_.end(),
@@ -455,22 +479,29 @@ void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor
   if (failed()) return;
   if (!in_pass_) begin_staging();
   const DeviceBatch db = device_batch(b);
-  if (record({1, u(table.impl.get()), u(out.data), (uint64_t)out.cols, bits(scale)}, &db.shape)) return;
-  cuda::embed(device_weight(table), db.tokens, db.shape.n_tokens, f32(out), scale, stream_);
+  const cuda::DeviceWeight& w = device_weight(table);
+  if (record({1, w.id, u(w.data), u(out.data), (uint64_t)out.cols, bits(scale)}, &db.shape)) return;
+  note(cuda::embed(w, db.tokens, db.shape.n_tokens, f32(out), scale, stream_));
   after_launch("embed");
 }
 
 void CudaBackend::matmul(std::span<const Product> group, const Tensor& in) {
   if (failed()) return;
+  // More input rows than the pass was reserved for (logits of rows past the pass's tokens, a
+  // product outside a pass): grow now, never inside a capture (its record pass grew it).
+  if (mode_ != Mode::Capture && in.rows > ws_tokens_)
+    if (Status s = reserve_workspace(in.rows); !s.ok()) return fail(s);
   if (mode_ == Mode::Record) {
-    for (const Product& p : group)
-      record({2, u(p.w->impl.get()), u(in.data), (uint64_t)in.rows, u(p.out->data), u(p.bias ? p.bias->data : nullptr)});
+    sig_uses_cublas_ = sig_uses_cublas_ || cuda::matmul_uses_cublas(in.rows);
+    for (const Product& p : group) {
+      const cuda::DeviceWeight& w = device_weight(*p.w);
+      record({2, w.id, u(w.data), u(in.data), (uint64_t)in.rows, u(p.out->data), u(p.bias ? p.bias->data : nullptr)});
+    }
     return;
   }
-  if (!in_pass_)
-    if (Status s = reserve_workspace(in.rows); !s.ok()) return fail(s);
   for (const Product& p : group) {
-    cuda::matmul(device_weight(*p.w), f32(in), in.rows, f32(*p.out), p.bias ? f32(*p.bias) : nullptr, *ws_, stream_);
+    note(cuda::matmul(device_weight(*p.w), f32(in), in.rows, f32(*p.out), p.bias ? f32(*p.bias) : nullptr, *ws_,
+                      stream_));
     after_launch("matmul");
   }
 }

@@ -6,12 +6,15 @@
 // - graph: decode-sized passes (few tokens) first run the body only to record what every op
 //   would launch (its signature: pointers, shapes, constants). A pass whose signature matches
 //   one seen before replays that pass's captured CUDA graph; a new one is captured, then
-//   replayed. Everything that changes from one decode step to the next (token ids, positions,
+//   replayed. Passes whose products go through cuBLAS (more than a few tokens) run directly:
+//   no cuBLAS call is captured. A pass shape whose capture fails runs directly from then on;
+//   other shapes keep their graphs. Everything that changes from one decode step to the next (token ids, positions,
 //   slots, block tables, logit rows) is copied to fixed device buffers before the replay, and
 //   the kernels read lengths from there: a replay stays valid as the context grows.
 //
-// Ops cannot return errors (backend.h); a failed CUDA call is kept as this backend's sticky
-// error (error()), reported once on stderr, and later ops are skipped.
+// Ops cannot return errors (backend.h); a failed CUDA or cuBLAS call is kept as this backend's
+// sticky error (error(), which Model::forward checks), reported once on stderr, and later ops
+// are skipped. Nothing here aborts the process.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,7 +40,8 @@ struct CudaBackendOptions {
 
 class CudaBackend final : public Backend {
  public:
-  // Error when the device cannot be opened (no GPU, no driver, bad index).
+  // Error when the device cannot be opened (no GPU, no driver, bad index, a device left broken
+  // by an earlier fault in this process).
   static Result<std::shared_ptr<CudaBackend>> create(const CudaBackendOptions& o = {});
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -68,7 +72,7 @@ class CudaBackend final : public Backend {
               const Tensor& scratch, const Tensor& out, const LogitsParams& p) override;
 
   // The first CUDA failure since creation (Ok when none): ops cannot return one themselves.
-  Status error() const { return error_; }
+  Status error() const override { return error_; }
   // Waits for every launched kernel; returns error().
   Status synchronize();
 
@@ -103,11 +107,15 @@ class CudaBackend final : public Backend {
   Status grow_staging(size_t bytes);
   Status check_kv(const KvStore& kv, int head_dim);
   void after_launch(const char* what, int kernels = 1);
+  // A failed op: the capture's error while capturing (the pass then runs directly), else the
+  // backend's sticky error.
+  void note(Status s);
   void fail(Status s);
   bool failed() const { return !error_.ok(); }
   Status reserve_workspace(int64_t n_tokens);
   void clear_graphs();
   void run_graph(const std::function<void()>& body);
+  void run_direct(const std::function<void()>& body);
   float* attention_scratch(size_t floats);
 
   CudaBackendOptions opts_;
@@ -139,6 +147,10 @@ class CudaBackend final : public Backend {
   size_t attn_scratch_floats_ = 0;
 
   std::vector<uint64_t> sig_;  // the pass being recorded
+  bool sig_uses_cublas_ = false;  // the recorded pass has a product through cuBLAS: no capture
+  // Signatures whose capture failed: they run directly (bounded; past kMaxUncapturable distinct
+  // failures graphs are turned off, saying why).
+  std::vector<std::vector<uint64_t>> uncapturable_;
   int64_t kernels_ = 0;        // launched in the pass so far
   struct Graph {
     std::vector<uint64_t> sig;

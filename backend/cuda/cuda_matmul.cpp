@@ -31,16 +31,17 @@ void prepare_input(const float* in, int64_t n, int64_t cols, MatmulWorkspace& ws
   w.forms = 0;
 }
 
-void matmul_prepared(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias,
-                     MatmulWorkspace& ws, cudaStream_t stream) {
+bool matmul_uses_cublas(int64_t n) { return n > kMatvecMaxTokens; }
+
+Status matmul_prepared(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias,
+                       MatmulWorkspace& ws, cudaStream_t stream) {
   MatmulWorkspace::Impl& impl = *ws.impl();
-  if (n <= 0) return;
-  if (!matmul_supported(w.type))
-    matmul_contract_violation(fmt::format("no kernel for weight type {}", dtype_name(w.type)));
+  if (n <= 0) return Status::Ok();
+  if (!matmul_supported(w.type)) return make_error("CUDA matmul: no kernel for weight type {}", dtype_name(w.type));
   if (n > ws.max_tokens() || w.cols > impl.max_cols)
-    matmul_contract_violation(fmt::format("a product of {} tokens x {} columns past the reserved workspace "
-                                          "({} tokens x {} columns): reserve() first",
-                                          n, w.cols, ws.max_tokens(), impl.max_cols));
+    return make_error("CUDA matmul: a product of {} tokens x {} columns past the reserved workspace ({} tokens x {} "
+                      "columns): reserve() first",
+                      n, w.cols, ws.max_tokens(), impl.max_cols);
   if (impl.in != in || impl.in_n != n || impl.in_cols != w.cols) prepare_input(in, n, w.cols, ws);
   const WeightView view = weight_view(w.type, w.rows, w.cols, w.data);
   if (n <= kMatvecMaxTokens) {
@@ -51,27 +52,27 @@ void matmul_prepared(const DeviceWeight& w, const float* in, int64_t n, float* o
     } else {
       launch_matvec(view, nullptr, nullptr, in, n, out, bias, stream);  // the type was checked above
     }
-    return;
+    return Status::Ok();
   }
   const void* x16 = nullptr;
   if (w.type != DType::F32) {
     ensure_form(impl, w.type == DType::BF16 ? kFormBF16 : kFormF16, stream);
     x16 = impl.act_16.get();
   }
-  run_gemm(view, in, x16, n, out, bias, impl, stream);
+  return run_gemm(view, in, x16, n, out, bias, impl, stream);
 }
 
-void matmul(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias, MatmulWorkspace& ws,
-            cudaStream_t stream) {
+Status matmul(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias, MatmulWorkspace& ws,
+              cudaStream_t stream) {
   prepare_input(in, n, w.cols, ws);
-  matmul_prepared(w, in, n, out, bias, ws, stream);
+  return matmul_prepared(w, in, n, out, bias, ws, stream);
 }
 
-void embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream) {
-  if (n <= 0) return;
-  if (!matmul_supported(w.type))
-    matmul_contract_violation(fmt::format("embed: no kernel for weight type {}", dtype_name(w.type)));
+Status embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream) {
+  if (n <= 0) return Status::Ok();
+  if (!matmul_supported(w.type)) return make_error("CUDA embed: no kernel for weight type {}", dtype_name(w.type));
   launch_embed(weight_view(w.type, w.rows, w.cols, w.data), tokens, n, out, scale, stream);
+  return Status::Ok();
 }
 
 }  // namespace tandem::cuda

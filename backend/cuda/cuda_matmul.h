@@ -19,6 +19,9 @@ namespace tandem::cuda {
 
 // A weight resident on the device, in the form the kernels read.
 struct DeviceWeight {
+  // Unique per upload in this process (never reused, unlike the object's or the memory's
+  // address): what a captured graph's signature names the weight by.
+  uint64_t id = 0;
   DType type = DType::F32;
   int64_t rows = 0, cols = 0;
   size_t row_bytes = 0;          // as stored in the file
@@ -54,12 +57,18 @@ class MatmulWorkspace {
 };
 
 // out [n, w.rows] = in [n, w.cols] W^T, plus bias [w.rows] on every row when bias is set.
-// in, out, bias: device memory, F32 row-major. n <= ws.max_tokens().
-void matmul(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias, MatmulWorkspace& ws,
-            cudaStream_t stream);
+// in, out, bias: device memory, F32 row-major. n <= ws.max_tokens(). An error (nothing or part
+// launched) for a product past the reserved workspace, a type with no kernel, or a cuBLAS call
+// that failed: the caller keeps it as its backend's error, the process goes on.
+Status matmul(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias, MatmulWorkspace& ws,
+              cudaStream_t stream);
+
+// True when a product of n tokens runs through cuBLAS (prefill's GEMMs) rather than tandem's
+// own matrix-vector kernels: the CUDA backend captures graphs only of passes without them.
+bool matmul_uses_cublas(int64_t n);
 
 // out [n, w.cols] = rows tokens[0..n) of w, dequantized to F32, times scale (tokens: device
-// memory; scale 1 leaves the rows as decoded).
-void embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream);
+// memory; scale 1 leaves the rows as decoded). An error for a type with no kernel.
+Status embed(const DeviceWeight& w, const int32_t* tokens, int64_t n, float* out, float scale, cudaStream_t stream);
 
 }  // namespace tandem::cuda

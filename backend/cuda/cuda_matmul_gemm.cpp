@@ -11,51 +11,57 @@ namespace tandem::cuda {
 
 namespace {
 
-void check_cublas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    matmul_contract_violation(std::string("cuBLAS: ") + what + " failed: " + cublas_status_name(s));
+Status check_cublas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return make_error("cuBLAS: {} failed: {}", what, cublas_status_name(s));
 }
 
 // Row-major out [n, ldc] (columns [0, m) written) = x [n, k] A^T, A row-major [m, k]: in
 // cuBLAS's column-major terms C (m x n, ldc) = op(A) B with A stored k x m (lda = k),
 // transposed, and B = x stored k x n (ldb = k).
-void gemm_ex(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const void* a, cudaDataType_t ab_type, const void* x,
-             float* out, int64_t ldc) {
+Status gemm_ex(const CublasApi& blas, cublasHandle_t h, int64_t m, int64_t n, int64_t k, const void* a,
+               cudaDataType_t ab_type, const void* x, float* out, int64_t ldc) {
   const float one = 1.0f, zero = 0.0f;
-  check_cublas(cublas_api().value()->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, ab_type, (int)k, x, ab_type,
-                            (int)k, &zero, out, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+  return check_cublas(blas.gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, ab_type, (int)k, x,
+                                   ab_type, (int)k, &zero, out, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmEx");
 }
 
 }  // namespace
 
-void run_gemm(const WeightView& w, const float* x, const void* x16, int64_t n, float* out, const float* bias,
-              MatmulWorkspace::Impl& ws, cudaStream_t stream) {
-  bind_cublas(ws, stream);
+Status run_gemm(const WeightView& w, const float* x, const void* x16, int64_t n, float* out, const float* bias,
+                MatmulWorkspace::Impl& ws, cudaStream_t stream) {
+  auto api = cublas_api();
+  if (!api.ok()) return api.error();
+  const CublasApi& blas = *api.value();
+  TANDEM_TRY(bind_cublas(ws, stream));
   switch (w.type) {
     case DType::F32: {
       const float one = 1.0f, zero = 0.0f;
-      check_cublas(cublas_api().value()->sgemm(ws.cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.rows, (int)n, (int)w.cols, &one,
-                               reinterpret_cast<const float*>(w.quants), (int)w.cols, x, (int)w.cols, &zero, out,
-                               (int)w.rows),
-                   "cublasSgemm");
+      TANDEM_TRY(check_cublas(blas.sgemm(ws.cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.rows, (int)n, (int)w.cols, &one,
+                                         reinterpret_cast<const float*>(w.quants), (int)w.cols, x, (int)w.cols, &zero,
+                                         out, (int)w.rows),
+                              "cublasSgemm"));
       break;
     }
-    case DType::F16: gemm_ex(ws.cublas, w.rows, n, w.cols, w.quants, CUDA_R_16F, x16, out, w.rows); break;
-    case DType::BF16: gemm_ex(ws.cublas, w.rows, n, w.cols, w.quants, CUDA_R_16BF, x16, out, w.rows); break;
+    case DType::F16: TANDEM_TRY(gemm_ex(blas, ws.cublas, w.rows, n, w.cols, w.quants, CUDA_R_16F, x16, out, w.rows)); break;
+    case DType::BF16: TANDEM_TRY(gemm_ex(blas, ws.cublas, w.rows, n, w.cols, w.quants, CUDA_R_16BF, x16, out, w.rows)); break;
     default: {
       // Tiles of whole rows: tile i's GEMM writes output columns [r0, r0 + rows) (ldc = w.rows).
       const int64_t tile_rows = ws.dequant_elems / w.cols;
       if (tile_rows < 1)
-        matmul_contract_violation(std::to_string(w.cols) + " columns past the workspace's " + std::to_string(ws.max_cols));
+        return make_error("a product of {} columns past the matmul workspace's {}: reserve() first", w.cols,
+                          ws.max_cols);
       for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) {
         const int64_t rows = std::min(tile_rows, w.rows - r0);
         launch_dequantize_f16(w, r0, rows, ws.dequant.get(), stream);
-        gemm_ex(ws.cublas, rows, n, w.cols, ws.dequant.get(), CUDA_R_16F, x16, out + r0, w.rows);
+        TANDEM_TRY(gemm_ex(blas, ws.cublas, rows, n, w.cols, ws.dequant.get(), CUDA_R_16F, x16, out + r0, w.rows));
       }
     }
   }
   if (bias) launch_add_bias(out, bias, n, w.rows, stream);
+  return Status::Ok();
 }
 
 }  // namespace tandem::cuda

@@ -26,10 +26,6 @@ using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 // the bytes the device has free.
 Result<DeviceBuffer> device_alloc(size_t bytes, std::string_view what);
 
-// A broken caller contract (n past the reserved tokens, an unsupported type): a bug in the
-// backend, not bad input, so it stops the program with the reason rather than compute garbage.
-[[noreturn]] void matmul_contract_violation(const std::string& what);
-
 // The forms of a prepared input (MatmulWorkspace::Impl::forms).
 enum PreparedForm : unsigned {
   kFormQ8 = 1,    // act_q / act_ds hold the q8_1 activations
@@ -65,7 +61,7 @@ struct MatmulWorkspace::Impl {
 const char* cublas_status_name(cublasStatus_t s);
 
 // Binds cuBLAS to the stream (and re-sets its workspace, which cublasSetStream resets).
-void bind_cublas(MatmulWorkspace::Impl& ws, cudaStream_t stream);
+Status bind_cublas(MatmulWorkspace::Impl& ws, cudaStream_t stream);
 
 // ---- upload (cuda_matmul_upload.cu) ----
 // Ok when matmul()/embed() can take the weight: a supported type, whole blocks per row, and
@@ -78,7 +74,7 @@ void repack_quantized(const WeightSource& src, uint8_t* dst);
 // ---- (cuda_matmul_gemm.cpp) ----
 // out [n, w.rows] = x W^T (+ bias) through cuBLAS; x16: the input as F16 (F16 and quantized w)
 // or BF16 (BF16 w); F32 w reads x itself.
-void run_gemm(const WeightView& w, const float* x, const void* x16, int64_t n, float* out, const float* bias,
-              MatmulWorkspace::Impl& ws, cudaStream_t stream);
+Status run_gemm(const WeightView& w, const float* x, const void* x16, int64_t n, float* out, const float* bias,
+                MatmulWorkspace::Impl& ws, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -19,7 +19,7 @@ void prepare_input(const float* in, int64_t n, int64_t cols, MatmulWorkspace& ws
 
 // matmul() without re-preparing an input prepare_input() named (same pointer, n and cols);
 // for any other input it prepares it first, as matmul() does.
-void matmul_prepared(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias,
-                     MatmulWorkspace& ws, cudaStream_t stream);
+Status matmul_prepared(const DeviceWeight& w, const float* in, int64_t n, float* out, const float* bias,
+                       MatmulWorkspace& ws, cudaStream_t stream);
 
 }  // namespace tandem::cuda

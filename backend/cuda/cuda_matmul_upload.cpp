@@ -1,5 +1,6 @@
 // Weights onto the device: validation, the quantized types' split of every block into quant
 // bytes and scale bytes (cuda_matmul_layout.cuh), and allocation errors that name the bytes.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,11 +24,6 @@ Result<DeviceBuffer> device_alloc(size_t bytes, std::string_view what) {
   return make_error("CUDA: cannot allocate {} bytes ({}) for {}: {} (device has {} free of {})", bytes,
                     format_bytes(bytes), what, cudaGetErrorString(e), format_bytes(free_bytes),
                     format_bytes(total_bytes));
-}
-
-void matmul_contract_violation(const std::string& what) {
-  std::fprintf(stderr, "tandem: CUDA matmul: %s\n", what.c_str());
-  std::abort();
 }
 
 Status validate_weight(const WeightSource& src) {
@@ -90,7 +86,9 @@ Result<DeviceWeight> upload_weight(const WeightSource& src, cudaStream_t stream)
                    "copying a weight to the device"));
   // The host bytes (the repack, or the caller's mapping) must outlive the copy.
   TANDEM_TRY(check(cudaStreamSynchronize(stream), "copying a weight to the device"));
+  static std::atomic<uint64_t> uploads{0};
   DeviceWeight w;
+  w.id = ++uploads;
   w.type = src.type;
   w.rows = src.rows;
   w.cols = src.cols;

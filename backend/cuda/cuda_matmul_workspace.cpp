@@ -95,16 +95,17 @@ Status MatmulWorkspace::reserve(int64_t max_tokens, int64_t max_cols, int64_t ma
   return Status::Ok();
 }
 
-void bind_cublas(MatmulWorkspace::Impl& ws, cudaStream_t stream) {
-  if (ws.cublas_bound && ws.cublas_stream == stream) return;
+Status bind_cublas(MatmulWorkspace::Impl& ws, cudaStream_t stream) {
+  if (ws.cublas_bound && ws.cublas_stream == stream) return Status::Ok();
+  if (!ws.cublas) return make_error("cuBLAS: no handle: reserve() the matmul workspace first");
   const CublasApi& blas = *cublas_api().value();  // loaded by reserve(), which made the handle
   cublasStatus_t s = blas.set_stream(ws.cublas, stream);
   // cublasSetStream resets the workspace to cuBLAS's own pool, which allocates: set ours again.
   if (s == CUBLAS_STATUS_SUCCESS) s = blas.set_workspace(ws.cublas, ws.cublas_ws.get(), ws.cublas_ws_bytes);
-  if (s != CUBLAS_STATUS_SUCCESS)
-    matmul_contract_violation(fmt::format("cuBLAS: binding to a stream failed: {}", cublas_status_name(s)));
+  if (s != CUBLAS_STATUS_SUCCESS) return make_error("cuBLAS: binding to a stream failed: {}", cublas_status_name(s));
   ws.cublas_stream = stream;
   ws.cublas_bound = true;
+  return Status::Ok();
 }
 
 }  // namespace tandem::cuda
