@@ -5,6 +5,9 @@ the same client against llama.cpp's llama-server with parallel slots. Not a test
 
     python3 bench/serve_bench.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
         [--peer-server PATH/llama-server] [--tokens 64] [--write]
+        [--device cuda --streams 16,64 --kv-memory 8GiB]   (scripts/gpu_check.sh's serving stage)
+A request the server answers with an error, or with no tokens, stops the run (exit 1): a failed
+backend never reads as a throughput.
 """
 import argparse
 import concurrent.futures
@@ -28,6 +31,8 @@ def stream(port, path, body):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"{path} answered {r.status}: {r.read()[:300]!r}")
     ttft, chunks, usage, buf = None, 0, None, b""
     while True:
         data = r.read1(65536)
@@ -39,6 +44,8 @@ def stream(port, path, body):
             if not event.startswith(b"data: ") or event == b"data: [DONE]":
                 continue
             j = json.loads(event[6:])
+            if j.get("error"):
+                raise RuntimeError(f"{path}: error event: {j['error']}")
             if j.get("usage"):
                 usage = j["usage"]["completion_tokens"]
             for ch in j.get("choices", []):
@@ -75,6 +82,8 @@ def throughput(port, n, tokens):
         res = list(ex.map(lambda i: stream(port, "/v1/completions", body(i)), range(n)))
     dt = time.time() - t0
     total = sum(r[0] for r in res)
+    if total == 0:
+        raise RuntimeError(f"{n} streams generated no tokens")
     return total / dt, sum(r[1] for r in res) / n, total
 
 
@@ -97,16 +106,21 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--device", help="tandem's --device (cpu | cuda | auto; default: its own)")
+    ap.add_argument("--streams", default="1,4,16,64", help="concurrent stream counts, comma-separated")
+    ap.add_argument("--kv-memory", default="1GiB")
+    ap.add_argument("--port", type=int, default=18931)
+    ap.add_argument("--no-prefix", action="store_true", help="skip the prefix-cache TTFT probe (needs a chat template)")
     a = ap.parse_args()
     rows, peer_rows, ttfts = [], [], None
-    port = 18931
-    proc = subprocess.Popen([a.tandem, "serve", "-m", a.model, "--port", str(port), "-t", str(a.threads), "--kv-memory", "1GiB"],
-                            stderr=subprocess.DEVNULL)
+    port = a.port
+    cmd = [a.tandem, "serve", "-m", a.model, "--port", str(port), "-t", str(a.threads), "--kv-memory", a.kv_memory]
+    proc = subprocess.Popen(cmd + (["--device", a.device] if a.device else []), stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc)
         throughput(port, 2, 8)  # warm-up
-        ttfts = prefix_ttft(port)
-        for n in (1, 4, 16, 64):
+        ttfts = None if a.no_prefix else prefix_ttft(port)
+        for n in [int(s) for s in a.streams.split(",")]:
             rows.append((n,) + throughput(port, n, a.tokens))
             print(f"tandem    {n:>3} streams: {rows[-1][1]:7.1f} tok/s, mean TTFT {rows[-1][2] * 1e3:7.1f} ms", file=sys.stderr)
     finally:
@@ -133,7 +147,8 @@ def main():
         p = next((r for r in peer_rows if r[0] == n), None)
         lines.append(f"| {n} | {tps:.1f} | {ttft * 1e3:.0f} | " + (f"{p[1]:.1f} | {p[2] * 1e3:.0f} | {tps / p[1]:.2f}x |" if p else "- | - | - |"))
     table = "\n".join(lines)
-    prefix = f"Prefix cache: the same 12-sentence system prompt, two questions: TTFT {ttfts[0] * 1e3:.0f} ms, then {ttfts[1] * 1e3:.0f} ms."
+    prefix = (f"Prefix cache: the same 12-sentence system prompt, two questions: TTFT {ttfts[0] * 1e3:.0f} ms, then "
+              f"{ttfts[1] * 1e3:.0f} ms." if ttfts else "")
     print(table + "\n\n" + prefix)
     if a.write:
         section = (f"## {datetime.date.today()}: serving throughput, `bench/serve_bench.py`\n\n"

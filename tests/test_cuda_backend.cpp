@@ -622,6 +622,31 @@ TEST(CudaBackend, LogitsOfChosenRowsMatchCpu) {
   EXPECT_GT(most, 1.0f) << "the logits reach into the cap's curve";
 }
 
+// A weight freed and another prepared in its place (its host object, even its device memory,
+// may land at the same address) must not replay the old weight's graph.
+TEST(CudaBackend, ANewWeightAtAnOldAddressCapturesItsOwnGraph) {
+  NEED_GPU(g);
+  CpuBackend c = cpu_reference();
+  const int64_t d = 64, vocab = 96;
+  const std::vector<float> x = randn(d, 41), norm = randn(d, 42);
+  const std::vector<int64_t> rows = {0};
+  Tensor X = g.upload(x, 1, d), N = g.upload(norm, 1, d), S = g.new_tensor(1, d), O = g.new_tensor(1, vocab);
+  Tensor CX = c.upload(x, 1, d), CN = c.upload(norm, 1, d), CS = c.new_tensor(1, d), CO = c.new_tensor(1, vocab);
+  for (uint32_t seed : {43u, 44u}) {
+    const std::vector<float> w = randn(vocab * d, seed, 0.2f);
+    const WeightSource src{"out", DType::F32, (const uint8_t*)w.data(), vocab, d, (size_t)d * 4};
+    auto W = g.prepare_weight(src, true);
+    auto CW = c.prepare_weight(src, true);
+    ASSERT_TRUE(W.ok() && CW.ok());
+    g.run_pass(1, [&] { g.logits(X, rows, N, 1e-5f, W.value(), S, O, LogitsParams{}); });
+    c.run_pass(1, [&] { c.logits(CX, rows, CN, 1e-5f, CW.value(), CS, CO, LogitsParams{}); });
+    EXPECT_TRUE(g.last_pass().captured) << "weight " << seed << " replayed another weight's graph";
+    expect_near(host(g, O), host(c, CO), 1e-4f, "logits of the new weight");
+  }  // the first weight is freed before the second is prepared
+  EXPECT_EQ(g.graphs_captured(), 2);
+  ASSERT_TRUE(g.error().ok()) << g.error().error().message;
+}
+
 TEST(CudaBackend, MemoryErrorsNameTheBytes) {
   NEED_GPU(g);
   auto kv = g.new_kv_store(DType::F16, 1000, 256, 1 << 20, 4096);  // ~2 PB
