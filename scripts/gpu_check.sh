@@ -1,117 +1,272 @@
 #!/usr/bin/env bash
-# The one script a GPU session runs on the device machine (issue 20), from the repo root:
-#   scripts/gpu_check.sh            (writes everything under $OUT, default ./gpu-out)
-# Prepare first, here: scripts/gpu_prepare.sh (gguf wheel, make_gguf.py, build-dependency
-# packages into .device/), then run it carrying .device, e.g.
-#   run(command="scripts/gpu_check.sh", carry=[".device"], timeout_s=540)
-# Stages (each bounded; a failing stage is reported and the next runs): environment, build
-# (16 cores), CUDA unit tests, compute-sanitizer memcheck on a short subset, random-weight
-# GGUFs (make_gguf.py, requantized by scripts/gpu/quantize_gguf.py), the PyTorch float32
-# reference of a model's logits checked by the CUDA pass, `tandem bench --device cuda`.
-# At most 8 files come back: summary.txt, build.log, tests.log, sanitizer.log, torch.log,
-# bench.log, tests.xml.
+# The one script a GPU window runs (issue 32), from the repo root, inside 15 minutes of device
+# time, machine start and transfer included. Prepare here first (nothing is built there):
+#   scripts/gpu_prepare.sh                       # .device/: sm_90 binaries + libraries, < 64 MiB
+#   run(command="scripts/gpu_check.sh", carry=[".device"], timeout_s=570)
+#   scripts/gpu_check.sh --dry-run               # here / CI: every stage that needs no GPU
+# Stages, in the order the numbers matter; each is bounded (timeout -k), logs under $OUT as it
+# goes, and a failing stage is reported while the next one runs:
+#   env        GPU, driver, the carried binaries' libraries (ldd), libcublas.so.13 opens
+#   smoke      one prefill pass and a decode run: CUDA logits finite and equal to the CPU's
+#   bench      tandem bench pp512 / tg128: Llama-1B Q4_0, F16; Llama-8B Q4_0, F16
+#   serve      bench/serve_bench.py at 16 and 64 streams on `tandem serve --device cuda`
+#   tests      every CUDA test in its own process (--gtest_list_tests), so one abort costs one test
+#   sanitizer  compute-sanitizer memcheck on a short test subset and a short decode run
+# Models are random-weight GGUFs written there in seconds (scripts/gpu/make_model.py).
+# Comes back (the tool returns at most 8 files): summary.txt (the table), results.tsv, env.log,
+# smoke.log, bench.log, serve.log, tests.log, sanitizer.log.
+# Carried binaries that are missing or do not start fall back to a build there (a last resort:
+# it needs the build dependencies on the image, and takes ~4 of the 15 minutes).
+# A stage's command may print "FIGURES ..." lines: the last one lands in its row of the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+DRY=0
+[ "${1:-}" = "--dry-run" ] && DRY=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+BUDGET=${BUDGET:-$([ $DRY = 1 ] && echo 300 || echo 540)}  # seconds; a stage past it is skipped
+CARRY=${CARRY:-.device}
+MODELS=${MODELS:-$([ $DRY = 1 ] && echo "$OUT/models" || echo /tmp/tandem-models)}
 SUMMARY=$OUT/summary.txt
+RESULTS=$OUT/results.tsv
+DEVICE=cuda
+[ $DRY = 1 ] && DEVICE=cpu  # the dry run drives every stage on the CPU
 : >"$SUMMARY"
-JOBS=${JOBS:-16}
-BUILD=${BUILD:-build-gpu}
-MODELS=${MODELS:-/tmp/tandem-models}
-BUDGET=${BUDGET:-480}  # seconds for the whole script; later stages are skipped past it
+: >"$RESULTS"
+mkdir -p "$MODELS"
+
 say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((BUDGET - SECONDS)); }
-stage() {  # stage NAME TIMEOUT LOG command...: runs it, says how it ended and how long it took
-  local name=$1 limit=$2 log=$3 t0=$SECONDS rc
+row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RESULTS"; }  # stage, status, seconds, figures
+# run_stage NAME LOG LIMIT cmd...: runs it under timeout -k, appends to LOG, adds a row.
+run_stage() {
+  local name=$1 log=$2 limit=$3 t0=$SECONDS rc status from
   shift 3
-  if [ "$(left)" -lt 20 ]; then say "== $name: SKIPPED (time budget spent)"; return 1; fi
+  touch "$log"
+  from=$(($(wc -l <"$log") + 1))
+  if [ "$(left)" -lt 15 ]; then
+    row "$name" SKIPPED 0 "time budget spent"
+    echo "== $name: SKIPPED (budget)" >>"$log"
+    return 1
+  fi
   [ "$limit" -gt "$(left)" ] && limit=$(left)
-  echo "== $name" >>"$log"
-  timeout "$limit" "$@" >>"$log" 2>&1
+  echo "== $name ($(date -u +%T))" >>"$log"
+  # Through bash -c, so a stage may be one of this script's functions (exported below).
+  timeout -k 5 "$limit" bash -c '"$@"' stage "$@" >>"$log" 2>&1
   rc=$?
-  say "== $name: $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc$([ $rc -eq 124 ] && echo ' (timeout)')") in $((SECONDS - t0)) s"
+  status=ok
+  [ $rc -ne 0 ] && status="FAILED rc=$rc"
+  { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && status="TIMEOUT ${limit}s"
+  echo "== $name: $status in $((SECONDS - t0)) s" >>"$log"
+  row "$name" "$status" $((SECONDS - t0)) "$(tail -n "+$from" "$log" | grep -a '^FIGURES ' | tail -n 1 | cut -d' ' -f2-)"
   return $rc
 }
 
-say "tandem gpu_check $(git rev-parse --short HEAD 2>/dev/null) $(date -u +%FT%TZ)"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$SUMMARY"
-echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 2 | head -n 1)" | tee -a "$SUMMARY"
-echo "python: $(python3 -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)' 2>&1)" | tee -a "$SUMMARY"
+say "tandem gpu_check $(git rev-parse --short HEAD 2>/dev/null) $(date -u +%FT%TZ)$([ $DRY = 1 ] && echo ' (dry run: cpu)')"
 
-# Build dependencies the image may lack: unpack the carried Debian packages beside the tree.
-if [ -d .device/debs ] && ls .device/debs/*.deb >/dev/null 2>&1; then
-  SYSROOT=$PWD/.device/sysroot
-  mkdir -p "$SYSROOT"
-  for d in .device/debs/*.deb; do dpkg -x "$d" "$SYSROOT"; done
-  export CMAKE_PREFIX_PATH="$SYSROOT/usr:${CMAKE_PREFIX_PATH:-}"
-  export PKG_CONFIG_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu/pkgconfig:$SYSROOT/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}"
-  export PKG_CONFIG_SYSROOT_DIR=""
-  export CPATH="$SYSROOT/usr/include:${CPATH:-}"
-  export LIBRARY_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}"
-  export LD_LIBRARY_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  # The .pc files say prefix=/usr: point them at the sysroot.
-  for pc in "$SYSROOT"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
-    [ -f "$pc" ] && sed -i "s#^prefix=/usr\$#prefix=$SYSROOT/usr#" "$pc"
+# ---- env: the GPU, the carried binaries and their libraries, cuBLAS ----
+ENV_LOG=$OUT/env.log
+{
+  echo "uname: $(uname -a)"
+  echo "glibc: $(ldd --version 2>&1 | head -n 1)"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 |
+      sed 's/^/gpu: /'
+  else
+    echo "gpu: none (no nvidia-smi)"
+  fi
+  echo "python: $(python3 -c 'import numpy; print("numpy", numpy.__version__)' 2>&1)"
+  echo "compute-sanitizer: $(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo none)"
+  sed 's/^/carried: /' "$CARRY/manifest.txt" 2>/dev/null
+} >>"$ENV_LOG" 2>&1
+grep -E "^gpu:" "$ENV_LOG" | tee -a "$SUMMARY"
+
+# libcublas.so.13 is the image's (54 MB + 542 MB of cuBLASLt: not carried); the first folder
+# that has it goes on LD_LIBRARY_PATH, where tandem's dlopen finds it.
+CUBLAS_DIR=""
+for d in $(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 /{print $NF}' | xargs -r -n1 dirname) \
+  /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+  $(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null); do
+  [ -e "$d/libcublas.so.13" ] && CUBLAS_DIR=$d && break
+done
+if [ $DRY = 1 ] && [ ! -d "$CARRY/bin" ]; then  # the dry run assembles what a window would carry
+  CARRY=$OUT/carry
+  DEST=$CARRY run_stage "env: assemble the carried files" "$ENV_LOG" 60 scripts/gpu_prepare.sh --no-build
+fi
+CARRY=$(cd "$CARRY" 2>/dev/null && pwd || echo "$CARRY")
+export LD_LIBRARY_PATH="$CARRY/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+run_stage "env: libcublas.so.13 opens" "$ENV_LOG" 20 \
+  python3 -c 'import ctypes, sys; ctypes.CDLL("libcublas.so.13"); print("FIGURES from", sys.argv[1])' "${CUBLAS_DIR:-nowhere}"
+
+BIN=$CARRY/bin
+bins_ok() {  # every carried binary resolves its libraries and starts
+  local b
+  for b in tandem tandem_cuda_tests tandem_tests tandem_backend_tests tandem_cuda_matmul_bench; do
+    [ -x "$BIN/$b" ] || { echo "missing $BIN/$b"; return 1; }
+    if ldd "$BIN/$b" | grep -q "not found"; then
+      ldd "$BIN/$b" | grep "not found" | sed "s#^#$b: #"
+      return 1
+    fi
   done
-  say "deps: carried packages unpacked into .device/sysroot"
-fi
-if ! python3 -c "import gguf" 2>/dev/null; then
-  python3 -m pip install -q --no-index --find-links .device/wheels gguf >>"$OUT/build.log" 2>&1 &&
-    say "python: gguf installed from .device/wheels" || say "python: NO gguf (run scripts/gpu_prepare.sh and carry .device)"
-fi
-
-stage "configure" 90 "$OUT/build.log" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-stage "build tests" 240 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" --target tandem_cuda_tests tandem_backend_tests tandem_tests tandem_cuda_matmul_bench
-TESTS=$BUILD/tests/tandem_cuda_tests
-[ -x "$TESTS" ] || { say "no test binary: see build.log"; tail -n 40 "$OUT/build.log" >>"$SUMMARY"; }
-# The CLI (Boost, CLI11) in the background while the tests run.
-(timeout 300 cmake --build "$BUILD" -j"$JOBS" --target tandem >"$OUT/build-tandem.log" 2>&1; echo "rc=$?" >>"$OUT/build-tandem.log") &
-CLI_BUILD=$!
-
-stage "cuda tests" 150 "$OUT/tests.log" "$TESTS" --gtest_output=xml:"$OUT/tests.xml" --gtest_filter=-CudaForward.MatchesTorchReference
-grep -E "^\[ (cuda vs cpu|vs torch) \]|FAILED|PASSED|SKIPPED" "$OUT/tests.log" | head -n 40 | tee -a "$SUMMARY"
-stage "backend choice tests" 30 "$OUT/tests.log" "$BUILD/tests/tandem_backend_tests"
-# The matrix products of every weight type against a float64 reference (tests/test_cuda_matmul.cpp).
-stage "cuda matmul tests" 120 "$OUT/tests.log" "$BUILD/tests/tandem_tests" --gtest_filter='CudaMatmul*'
-grep -E "^\[  (FAILED|PASSED|SKIPPED)" "$OUT/tests.log" | tail -n 6 | tee -a "$SUMMARY"
-# The kernels per decode token and graph reuse, from the graph test's own counters.
-stage "compute-sanitizer memcheck" 150 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
-  "$TESTS" --gtest_filter='CudaBackend.StoreKv*:CudaBackend.AttentionMatchesCpu*:CudaBackend.Decode*:CudaBackend.Logits*:CudaBatchStaging.*'
-tail -n 5 "$OUT/sanitizer.log" | sed 's/^/sanitizer: /' | tee -a "$SUMMARY"
-
-# Random-weight models (F16 from make_gguf.py; quantized copies).
-GEN=""
-for g in ../shared/tools/make_gguf.py shared/tools/make_gguf.py .device/tools/make_gguf.py; do [ -f "$g" ] && GEN=$g && break; done
-mkdir -p "$MODELS"
-if [ -n "$GEN" ]; then
-  stage "model smollm2-135m f16" 120 "$OUT/torch.log" python3 "$GEN" "$MODELS/smollm2-135m-f16.gguf" smollm2-135m
-  stage "model smollm2-135m q4_1" 120 "$OUT/torch.log" python3 scripts/gpu/quantize_gguf.py "$MODELS/smollm2-135m-f16.gguf" "$MODELS/smollm2-135m-q4_1.gguf" Q4_1
-  stage "torch reference (smollm2-135m f16)" 120 "$OUT/torch.log" python3 scripts/gpu/torch_reference.py "$MODELS/smollm2-135m-f16.gguf" "$MODELS/ref-f16" 64
-  TANDEM_TORCH_REF="$MODELS/ref-f16" stage "cuda vs torch (f16)" 90 "$OUT/torch.log" "$TESTS" --gtest_filter=CudaForward.MatchesTorchReference
-  stage "torch reference (smollm2-135m q4_1)" 120 "$OUT/torch.log" python3 scripts/gpu/torch_reference.py "$MODELS/smollm2-135m-q4_1.gguf" "$MODELS/ref-q4_1" 64
-  TANDEM_TORCH_REF="$MODELS/ref-q4_1" stage "cuda vs torch (q4_1)" 90 "$OUT/torch.log" "$TESTS" --gtest_filter=CudaForward.MatchesTorchReference
-  grep -E "^\[ vs torch \]|torch reference:" "$OUT/torch.log" | tee -a "$SUMMARY"
-  [ "$(left)" -gt 200 ] && stage "model llama-1b f16" 120 "$OUT/torch.log" python3 "$GEN" "$MODELS/llama-1b-f16.gguf" llama-1b
-else
-  say "models: no make_gguf.py (../shared/tools, shared/tools or .device/tools): run scripts/gpu_prepare.sh"
-fi
-
-# tandem bench on the GPU (once the CLI has --device).
-wait "$CLI_BUILD"
-TANDEM=$BUILD/tandem
-if [ -x "$TANDEM" ] && "$TANDEM" bench --help 2>&1 | grep -q -- "--device"; then
-  for m in smollm2-135m-q4_1 smollm2-135m-f16 llama-1b-f16; do
-    [ -f "$MODELS/$m.gguf" ] || continue
-    stage "bench $m" 90 "$OUT/bench.log" "$TANDEM" bench -m "$MODELS/$m.gguf" --device cuda -p 512 -n 128 -r 3
+  "$BIN/tandem" --help >/dev/null && "$BIN/tandem_cuda_tests" --gtest_list_tests >/dev/null &&
+    echo "FIGURES $(du -sh "$BIN" | cut -f1) of binaries, $(du -sh "$CARRY/lib" | cut -f1) of libraries"
+}
+export -f bins_ok
+export BIN CARRY
+if ! run_stage "env: carried binaries start" "$ENV_LOG" 30 bins_ok && [ $DRY = 0 ]; then
+  BUILD=${BUILD:-build-gpu}
+  run_stage "env: fallback build (configure)" "$ENV_LOG" 90 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    run_stage "env: fallback build" "$ENV_LOG" 300 cmake --build "$BUILD" -j16 --target tandem tandem_cuda_tests \
+      tandem_tests tandem_backend_tests tandem_cuda_matmul_bench
+  BIN=$OUT/.bin
+  mkdir -p "$BIN"
+  for b in tandem tests/tandem_cuda_tests tests/tandem_tests tests/tandem_backend_tests bench/tandem_cuda_matmul_bench; do
+    [ -x "$BUILD/$b" ] && ln -sf "$PWD/$BUILD/$b" "$BIN/"
   done
-  grep -E "pp512|tg128|GB/s|TFLOP" "$OUT/bench.log" | head -n 30 | tee -a "$SUMMARY"
-else
-  say "bench: skipped ($([ -x "$TANDEM" ] && echo 'tandem has no --device yet' || echo 'tandem did not build: build-tandem.log'))"
-  tail -n 20 "$OUT/build-tandem.log" >>"$OUT/build.log" 2>/dev/null
 fi
-# The products alone: decode GB/s per weight type from HBM, GEMM TFLOP/s at n = 512.
-[ -x "$BUILD/bench/tandem_cuda_matmul_bench" ] && stage "matmul bench" 90 "$OUT/bench.log" "$BUILD/bench/tandem_cuda_matmul_bench" &&
-  grep -E "GB/s|TFLOP" "$OUT/bench.log" | tail -n 20 | tee -a "$SUMMARY"
-rm -f "$OUT/build-tandem.log"
-say "gpu_check: done in $SECONDS s"
+TANDEM=$BIN/tandem
+export TANDEM DEVICE MODELS BIN
+
+# ---- models: written in seconds each (make_model.py tiles a pool of valid random blocks) ----
+make_model() {  # make_model SHAPE TYPE: $MODELS/SHAPE-TYPE.gguf, written once
+  local f=$MODELS/$1-$2.gguf t0=$SECONDS
+  [ -s "$f" ] && return 0
+  python3 scripts/gpu/make_model.py "$f.tmp" "$1" "$2" && mv "$f.tmp" "$f" &&
+    echo "FIGURES $(du -h "$f" | cut -f1) written in $((SECONDS - t0)) s"
+}
+
+# ---- smoke: one pass, logits finite and equal to the CPU's ----
+SMOKE_LOG=$OUT/smoke.log
+compare_logits() {  # compare_logits MODEL MODE: the device's logits (the dry run: the CPU's again) vs the CPU's
+  local m=$1 mode=$2 toks="1 300 31 5 402 77 18 260 9 133 47 380 26 301 8 55 120 64 3 290"
+  "$TANDEM" logits -m "$m" --tokens "$toks" --mode "$mode" --device cpu -o "$MODELS/ref.bin" &&
+    "$TANDEM" logits -m "$m" --tokens "$toks" --mode "$mode" --device "$DEVICE" -o "$MODELS/got.bin" &&
+    python3 - "$MODELS/ref.bin" "$MODELS/got.bin" <<'PY'
+import sys
+import numpy as np
+ref, got = (np.fromfile(p, dtype="<f4") for p in sys.argv[1:3])
+assert ref.size == got.size and ref.size % 20 == 0, f"sizes {ref.size} vs {got.size}"
+ref, got = ref.reshape(20, -1), got.reshape(20, -1)
+finite = bool(np.isfinite(got).all())
+scale = max(1.0, float(np.abs(ref).max()))
+worst = float(np.abs(got - ref).max()) / scale
+top1 = float((got.argmax(1) == ref.argmax(1)).mean())
+print(f"FIGURES finite {finite}, worst diff {worst:.2e} of the logits' scale {scale:.3g}, same top-1 {top1:.0%}")
+sys.exit(0 if finite and worst <= 2e-2 and top1 >= 0.9 else 1)
+PY
+}
+export -f make_model compare_logits
+SMOKE_MODELS=("tiny f16" "tiny q4_0" "smollm2-135m q4_0")
+[ $DRY = 1 ] && SMOKE_MODELS=("tiny f16" "tiny q4_0")  # the CPU-against-CPU mechanics, quickly
+for spec in "${SMOKE_MODELS[@]}"; do
+  read -r shape type <<<"$spec"
+  make_model "$shape" "$type" >>"$SMOKE_LOG" 2>&1
+  for mode in prefill decode; do
+    run_stage "smoke $shape $type $mode" "$SMOKE_LOG" 60 compare_logits "$MODELS/$shape-$type.gguf" "$mode"
+  done
+done
+
+# ---- bench: pp512 / tg128 where llama.cpp's figures are (../shared/README.md) ----
+BENCH_LOG=$OUT/bench.log
+bench() {  # bench MODEL: tandem bench's JSON into the log, its figures as one line
+  "$TANDEM" bench -m "$1" --device "$DEVICE" -p "$P" -n "$N" -r "$R" --json >"$MODELS/bench.json" || return 1
+  cat "$MODELS/bench.json"
+  python3 - "$MODELS/bench.json" <<'PY'
+import json, math, sys
+j = json.load(open(sys.argv[1]))
+pp, tg = (next(v for k, v in j.items() if k.startswith(p) and isinstance(v, dict)) for p in ("pp", "tg"))
+print(f"FIGURES pp {pp['tok_s']:.1f} tok/s ({pp['gflop_s'] / 1e3:.2f} TFLOP/s), tg {tg['tok_s']:.1f} tok/s "
+      f"({tg['gb_s']:.0f} GB/s)")
+sys.exit(0 if all(math.isfinite(x["tok_s"]) and x["tok_s"] > 0 for x in (pp, tg)) else 1)
+PY
+}
+if [ $DRY = 1 ]; then
+  P=16 N=4 R=1 BENCH_MODELS="tiny-q4_0 smollm2-135m-q4_0"
+else
+  P=512 N=128 R=3 BENCH_MODELS="llama-1b-q4_0 llama-1b-f16 llama-8b-q4_0 llama-8b-f16"
+fi
+export -f bench
+export P N R
+for name in $BENCH_MODELS; do
+  run_stage "model $name" "$BENCH_LOG" 120 make_model "${name%-*}" "${name##*-}" &&
+    run_stage "bench $name pp$P tg$N" "$BENCH_LOG" 150 bench "$MODELS/$name.gguf"
+  [ "$name" = llama-8b-f16 ] && rm -f "$MODELS/$name.gguf"  # 16 GB of disk back
+done
+
+# ---- serve: total tok/s at 16 and 64 streams ----
+SERVE_LOG=$OUT/serve.log
+if [ $DRY = 1 ]; then
+  SERVE_MODELS="tiny-q4_0" STREAMS=16 TOKENS=8
+else
+  SERVE_MODELS="llama-1b-q4_0 llama-1b-f16" STREAMS=16,64 TOKENS=128
+fi
+serve() {  # serve MODEL: serve_bench.py's lines, then its figures as one line
+  python3 bench/serve_bench.py --model "$1" --tandem "$TANDEM" --device "$DEVICE" --streams "$STREAMS" \
+    --tokens "$TOKENS" --kv-memory 8GiB --no-prefix 2>&1 | tee "$MODELS/serve.txt"
+  local rc=${PIPESTATUS[0]}
+  echo "FIGURES $(grep -E '^tandem +[0-9]+ streams' "$MODELS/serve.txt" | sed -E 's/^tandem +//; s/, mean TTFT +/, TTFT /' |
+    paste -sd';')"
+  return "$rc"
+}
+export -f serve
+export STREAMS TOKENS
+for name in $SERVE_MODELS; do
+  make_model "${name%-*}" "${name##*-}" >>"$SERVE_LOG" 2>&1
+  run_stage "serve $name, $STREAMS streams x $TOKENS tokens" "$SERVE_LOG" 180 serve "$MODELS/$name.gguf"
+done
+
+# ---- tests: one process per test ----
+TESTS_LOG=$OUT/tests.log
+one_by_one() {  # one_by_one BINARY FILTER: each listed test alone, bounded
+  local bin=$1 filter=$2 t rc pass=0 fail=0 skip=0 failed=""
+  while read -r t; do
+    echo "-- $t"
+    timeout -k 5 120 "$bin" --gtest_filter="$t" >"$MODELS/test.txt" 2>&1
+    rc=$?
+    cat "$MODELS/test.txt"
+    if [ $rc -ne 0 ]; then
+      fail=$((fail + 1))
+      failed+=" $t(rc=$rc)"
+    elif grep -q "^\[  SKIPPED \]" "$MODELS/test.txt"; then
+      skip=$((skip + 1))
+    else
+      pass=$((pass + 1))
+    fi
+  done < <("$bin" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/{suite=$1} /^  /{print suite $1}')
+  echo "FIGURES $pass passed, $fail failed, $skip skipped${failed:+; failed:$failed}"
+  [ $fail -eq 0 ] && [ $((pass + skip)) -gt 0 ]
+}
+export -f one_by_one
+for spec in "tandem_cuda_tests *" "tandem_tests CudaMatmul*" "tandem_backend_tests *"; do
+  read -r binary filter <<<"$spec"
+  run_stage "tests $binary $filter" "$TESTS_LOG" 300 one_by_one "$BIN/$binary" "$filter"
+done
+
+# ---- compute-sanitizer on a short run ----
+SAN_LOG=$OUT/sanitizer.log
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$SAN" ] && [ $DRY = 0 ]; then
+  run_stage "sanitizer memcheck (tests)" "$SAN_LOG" 150 "$SAN" --tool memcheck --error-exitcode 9 \
+    "$BIN/tandem_cuda_tests" \
+    --gtest_filter='CudaBackend.StoreKv*:CudaBackend.AttentionMatchesCpu*:CudaBackend.Logits*:CudaForward.LogitsEqualCpuForEveryKvType'
+  run_stage "sanitizer memcheck (decode)" "$SAN_LOG" 90 "$SAN" --tool memcheck --error-exitcode 9 "$TANDEM" run \
+    -m "$MODELS/tiny-q4_0.gguf" -p "abc abc" -n 24 --temp 0 --device cuda
+else
+  row "sanitizer" SKIPPED 0 "$([ $DRY = 1 ] && echo 'dry run' || echo 'no compute-sanitizer')"
+  echo "sanitizer: skipped" >>"$SAN_LOG"
+fi
+
+# ---- the summary table ----
+{
+  echo
+  echo "| stage | status | s | figures |"
+  echo "| --- | --- | ---: | --- |"
+  awk -F'\t' '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' "$RESULTS"
+  echo
+  echo "gpu_check: done in $SECONDS s; stages failed: $(grep -cE $'\t(FAILED|TIMEOUT)' "$RESULTS")"
+} | tee -a "$SUMMARY"
+rm -rf "$OUT/.bin" "$MODELS/ref.bin" "$MODELS/got.bin" "$MODELS/test.txt"
+[ $DRY = 1 ] && rm -rf "$MODELS" "$OUT/carry"
+! grep -qE $'\t(FAILED|TIMEOUT)' "$RESULTS"
