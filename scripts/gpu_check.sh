@@ -153,8 +153,13 @@ finite = bool(np.isfinite(got).all())
 scale = max(1.0, float(np.abs(ref).max()))
 worst = float(np.abs(got - ref).max()) / scale
 top1 = float((got.argmax(1) == ref.argmax(1)).mean())
-print(f"FIGURES finite {finite}, worst diff {worst:.2e} of the logits' scale {scale:.3g}, same top-1 {top1:.0%}")
-sys.exit(0 if finite and worst <= 2e-2 and top1 >= 0.9 else 1)
+# A different top-1 counts only where the reference's own top two are further apart than the
+# tolerance (random weights leave near-ties that 8-bit activations may order either way).
+rows = np.arange(ref.shape[0])
+near = ref[rows, got.argmax(1)] >= ref.max(1) - 2e-2 * scale
+print(f"FIGURES finite {finite}, worst diff {worst:.2e} of the logits' scale {scale:.3g}, same top-1 {top1:.0%}"
+      f" ({near.mean():.0%} within the tolerance)")
+sys.exit(0 if finite and worst <= 2e-2 and near.all() else 1)
 PY
 }
 export -f make_model compare_logits
