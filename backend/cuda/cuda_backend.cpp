@@ -488,8 +488,9 @@ void CudaBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor
 void CudaBackend::matmul(std::span<const Product> group, const Tensor& in) {
   if (failed()) return;
   // More input rows than the pass was reserved for (logits of rows past the pass's tokens, a
-  // product outside a pass): grow now, never inside a capture (its record pass grew it).
-  if (mode_ != Mode::Capture && in.rows > ws_tokens_)
+  // product outside a pass): grow now (a no-op when it fits), never inside a capture (its
+  // record pass grew it).
+  if (mode_ != Mode::Capture)
     if (Status s = reserve_workspace(in.rows); !s.ok()) return fail(s);
   if (mode_ == Mode::Record) {
     sig_uses_cublas_ = sig_uses_cublas_ || cuda::matmul_uses_cublas(in.rows);
