@@ -10,7 +10,9 @@
 #   smoke      one prefill pass and a decode run: CUDA logits finite and equal to the CPU's
 #   bench      tandem bench pp512 / tg128: Llama-1B Q4_0, F16; Llama-8B Q4_0, F16
 #   serve      bench/serve_bench.py at 16 and 64 streams on `tandem serve --device cuda`
-#   tests      every CUDA test in its own process (--gtest_list_tests), so one abort costs one test
+#   tests      every CUDA test in its own process (--gtest_list_tests), so one abort costs one
+#              test; then the CUDA pass against scripts/gpu/torch_reference.py's PyTorch float32
+#              logits (CudaForward.MatchesTorchReference), where torch and the carried gguf are
 #   sanitizer  compute-sanitizer memcheck on a short test subset and a short decode run
 # Models are random-weight GGUFs written there in seconds (scripts/gpu/make_model.py).
 # Comes back (the tool returns at most 8 files): summary.txt (the table), results.tsv, env.log,
@@ -248,6 +250,24 @@ for spec in "tandem_cuda_tests *" "tandem_tests CudaMatmul*" "tandem_backend_tes
   read -r binary filter <<<"$spec"
   run_stage "tests $binary $filter" "$TESTS_LOG" 300 one_by_one "$BIN/$binary" "$filter"
 done
+
+# The independent reference: PyTorch's float32 forward pass of the same GGUF (torch_reference.py
+# reads it with the carried gguf package), the CUDA pass against its logits.
+torch_check() {  # torch_check MODEL: writes the reference, then the test reads it
+  local ref=$MODELS/ref-$(basename "$1" .gguf)
+  PYTHONPATH="$CARRY/python${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/gpu/torch_reference.py "$1" "$ref" 64 &&
+    TANDEM_TORCH_REF=$ref "$BIN/tandem_cuda_tests" --gtest_filter=CudaForward.MatchesTorchReference | tee "$MODELS/torch.txt" &&
+    echo "FIGURES $(grep -a '^\[ vs torch \]' "$MODELS/torch.txt" | cut -d']' -f2- | tail -n 1)" &&
+    ! grep -q "^\[  SKIPPED \]" "$MODELS/torch.txt"
+}
+export -f torch_check
+if [ $DRY = 0 ] && PYTHONPATH="$CARRY/python" python3 -c 'import torch, gguf' >/dev/null 2>&1; then
+  for name in tiny-f16 smollm2-135m-q4_0; do
+    run_stage "torch reference $name" "$TESTS_LOG" 120 torch_check "$MODELS/$name.gguf"
+  done
+else
+  row "torch reference" SKIPPED 0 "$([ $DRY = 1 ] && echo 'dry run' || echo 'no torch or no carried gguf')"
+fi
 
 # ---- compute-sanitizer on a short run ----
 SAN_LOG=$OUT/sanitizer.log

@@ -7,6 +7,8 @@
 #   .device/lib/  the shared libraries they need that the GPU image lacks (libcudart.so.13,
 #                 libfmt, libpcre2-8, libgomp); libcublas.so.13 stays behind (54 MB + its
 #                 542 MB cuBLASLt): gpu_check.sh finds the image's own and checks it opens
+#   .device/python/gguf/  the `gguf` package (pure Python, 1.4 MB), which the image lacks, for
+#                 scripts/gpu/torch_reference.py (the PyTorch reference the CUDA pass is checked by)
 #   .device/manifest.txt  commit, files and sizes
 # Everything carried must stay under the device tool's 64 MiB (checked here; ~27 MiB today).
 #   scripts/gpu_prepare.sh [--no-build]     (BUILD=build, DEST=.device)
@@ -47,6 +49,14 @@ done | sort -u | while read -r name path; do
   echo "$name" | grep -Eq "$SYSTEM_LIBS" && continue
   cp -L "$path" "$DEST/lib/$name"
 done
+gguf_dir=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))' 2>/dev/null || true)
+if [ -n "$gguf_dir" ]; then
+  mkdir -p "$DEST/python"
+  cp -r "$gguf_dir" "$DEST/python/gguf"
+  find "$DEST/python" -name __pycache__ -prune -exec rm -rf {} +
+else
+  echo "gpu_prepare: warning: no gguf package here (pip install gguf): the torch reference stage will skip" >&2
+fi
 [ -f "$DEST/lib/libcudart.so.13" ] || echo "gpu_prepare: warning: no libcudart.so.13 carried (linked statically?)" >&2
 
 {
@@ -54,6 +64,7 @@ done
   echo "built $(date -u +%FT%TZ) on $(uname -n), $(ldd --version | head -n 1)"
   echo "cuda $arch"
   (cd "$DEST" && find bin lib -type f -printf '%s %p\n' | sort -k2)
+  if [ -d "$DEST/python/gguf" ]; then echo "python/gguf $(du -sb "$DEST/python" | cut -f1) bytes"; fi
 } >"$DEST/manifest.txt"
 total=$(du -sb "$DEST" | cut -f1)
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
