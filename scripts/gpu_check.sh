@@ -55,13 +55,18 @@ run_stage() {
   [ "$limit" -gt "$(left)" ] && limit=$(left)
   echo "== $name ($(date -u +%T))" >>"$log"
   # Through bash -c, so a stage may be one of this script's functions (exported below).
-  timeout -k 5 "$limit" bash -c '"$@"' stage "$@" >>"$log" 2>&1
+  timeout -k 5 "$limit" bash -o pipefail -c '"$@"' stage "$@" >>"$log" 2>&1
   rc=$?
   status=ok
   [ $rc -ne 0 ] && status="FAILED rc=$rc"
   { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && status="TIMEOUT ${limit}s"
+  local figures
+  figures=$(tail -n "+$from" "$log" | grep -a '^FIGURES ' | tail -n 1 | cut -d' ' -f2-)
+  # A failure without figures shows its last words (the log has the rest).
+  [ $rc -ne 0 ] && [ -z "$figures" ] &&
+    figures=$(tail -n "+$((from + 1))" "$log" | grep -av '^\s*$' | tail -n 1 | tr -d '|\t' | cut -c1-160)
   echo "== $name: $status in $((SECONDS - t0)) s" >>"$log"
-  row "$name" "$status" $((SECONDS - t0)) "$(tail -n "+$from" "$log" | grep -a '^FIGURES ' | tail -n 1 | cut -d' ' -f2-)"
+  row "$name" "$status" $((SECONDS - t0)) "$figures"
   return $rc
 }
 
