@@ -13,6 +13,7 @@
 
 #include "apps/common.h"
 #include "backend/make_backend.h"
+#include "backend/mpi/mpi_collectives.h"
 #include "core/timer.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
@@ -32,6 +33,10 @@ void ModelLoadOptions::add_to(CLI::App* sub) {
   sub->add_option("--exact-products", exact_products,
                   "with q8: comma-separated tensor name parts whose products keep f32 activations (e.g. output,ffn_down); "
                   "none: every product 8-bit; auto (default): the output head on models under 500M parameters whose head is at most a third of them");
+  sub->add_option("--tensor-parallel", tensor_parallel,
+                  "ranks to split the model over (Megatron-style, one per MPI process: mpirun -np N tandem ...); "
+                  "0 (default): the MPI world's size")
+      ->check(CLI::Range(0, 4096));
 }
 
 void add_kv_dtype_option(CLI::App* sub, std::string& dtype) {
@@ -127,6 +132,7 @@ Result<std::unique_ptr<Model>> SpeculativeOptions::load_draft(const ModelLoadOpt
   }
   ModelLoadOptions o = load;
   o.model = draft_model;
+  o.split_over_ranks = false;  // the draft runs whole on rank 0
   // The draft's precision never reaches the output (the target decides every token): its
   // products all take 8-bit activations, the fastest, whatever the target keeps exact.
   if (o.exact_products == "auto") o.exact_products = "none";
@@ -183,13 +189,21 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   if (!backend.ok()) return backend.error();
   ModelOptions mo;
   mo.backend = backend.value();
+  std::shared_ptr<Collectives> world = o.split_over_ranks ? mpi_world() : nullptr;
+  const int ranks = world ? world->size() : 1;
+  if (o.split_over_ranks && o.tensor_parallel > 0 && o.tensor_parallel != ranks)
+    return make_error("--tensor-parallel {}: this job has {} rank{}; start it as mpirun -np {} tandem ...{}",
+                      o.tensor_parallel, ranks, ranks == 1 ? "" : "s", o.tensor_parallel,
+                      mpi_built() ? "" : " (and build tandem with MPI: -DTANDEM_MPI=ON)");
+  mo.tensor_parallel = world;
+  const bool follower = world && world->rank() != 0;
   // A bar on a terminal's stderr once loading has taken a second (a 135M model loads in a
   // fraction); logs get none.
   Timer t;
   bool shown = false;
   const bool tty = isatty(STDERR_FILENO);
   mo.on_load_progress = [&](int done, int total) {
-    if (!tty || (!shown && t.seconds() < 1.0)) return;
+    if (follower || !tty || (!shown && t.seconds() < 1.0)) return;
     shown = true;
     const int width = 30, filled = width * done / total;
     fmt::print(stderr, "\rloading {} [{}{}] {}/{} layers, {:.1f} s", o.model, std::string((size_t)filled, '#'),
@@ -198,6 +212,11 @@ Result<LoadedModel> load_model(const ModelLoadOptions& o) {
   };
   auto m = Model::from_gguf(std::move(file.value()), mo);
   if (!m.ok()) return m.error();
+  if (follower) {  // ranks 1..N-1 run rank 0's passes until it is done, then leave
+    const Status st = m.value()->follow();
+    if (!st.ok()) fmt::print(stderr, "tandem rank {}: {}\n", world->rank(), st.error().message);
+    std::exit(st.ok() ? 0 : 1);
+  }
   auto tok = Tokenizer::from_gguf(m.value()->gguf());
   if (!tok.ok()) return tok.error();
   return LoadedModel{std::move(m.value()), std::move(tok.value())};

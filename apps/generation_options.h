@@ -25,6 +25,10 @@ struct ModelLoadOptions {
   // Tensor name parts whose products keep f32 activations under q8; "auto": the output head
   // (tied or not) on models small enough that its 8-bit rounding costs more than its speed.
   std::string exact_products = "auto";
+  // --tensor-parallel N: the ranks the model is split over; 0: the MPI world's size (one rank
+  // outside mpirun). A draft model is never split (it runs on rank 0 alone).
+  int tensor_parallel = 0;
+  bool split_over_ranks = true;
   void add_to(CLI::App* sub);
 };
 

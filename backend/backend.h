@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/collectives.h"
 #include "backend/forward_batch.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -187,6 +188,16 @@ class Backend {
   // logits of the rows that want them. scratch: at least [rows.size(), x.cols].
   virtual void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
                       const Tensor& scratch, const Tensor& out, const LogitsParams& p) = 0;
+
+  // ---- tensor parallelism (model/tensor_parallel.h) ----
+  // Whether the two ops below run here (false: a model is refused a tensor-parallel load).
+  virtual bool runs_tensor_parallel() const { return false; }
+  // embed() over a vocabulary shard: `table` holds rows [first_row, first_row + table.rows);
+  // a token outside them gets a zero row (the all-reduce after it adds its owner's row).
+  virtual void embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
+                           float scale);
+  // t = the sum over the ranks of t, inside a pass (every team member calls it; one sends).
+  virtual void all_reduce(const Tensor& t, Collectives& c);
 };
 
 // The backend a model gets when its caller names none: the CPU at its best ISA, every core.

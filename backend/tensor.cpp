@@ -1,11 +1,25 @@
 #include "backend/backend.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace tandem {
 
 size_t Tensor::row_bytes() const {
   if (dtype == DType::F32) return (size_t)cols * sizeof(float);  // activations: the common case
   const auto info = dtype_info((uint32_t)dtype);
   return info ? tandem::row_bytes(*info, (uint64_t)cols) : 0;
+}
+
+void Backend::embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
+                          float scale) {
+  // Only reached when runs_tensor_parallel() said true without overriding this: a bug.
+  std::fprintf(stderr, "tandem: backend %s cannot embed a vocabulary shard\n", describe().c_str());
+  std::abort();
+}
+
+void Backend::all_reduce(const Tensor& t, Collectives& c) {
+  c.all_reduce_sum(static_cast<float*>(t.data), (size_t)(t.rows * t.cols));
 }
 
 Tensor Tensor::rows_view(int64_t first, int64_t n) const {

@@ -19,10 +19,28 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   auto cfg = ModelConfig::from_gguf(*file);
   if (!cfg.ok()) return cfg.error();
   m->config_ = std::move(cfg.value());
-  auto w = ModelWeights::from_gguf(*file, m->config_, *m->backend_, opts.on_load_progress);
+  m->tp_ = TensorParallelPlan::whole(m->config_);
+  if (opts.tensor_parallel && opts.tensor_parallel->size() > 1) {
+    if (!m->backend_->runs_tensor_parallel())
+      return make_error("tensor parallel: the {} backend does not run tensor parallel yet (the CPU does)",
+                        m->backend_->describe());
+    auto plan = TensorParallelPlan::make(m->config_, opts.tensor_parallel->rank(), opts.tensor_parallel->size());
+    if (!plan.ok()) return plan.error();
+    m->tp_ = plan.value();
+  }
+  auto w = ModelWeights::from_gguf(*file, m->config_, *m->backend_, opts.on_load_progress, &m->tp_);
   if (!w.ok()) return w.error();
   m->weights_ = std::move(w.value());
   m->file_ = std::move(file);
+  if (m->tp_.split()) {
+    m->comm_ = opts.tensor_parallel;  // every rank has its shard before rank 0's first step (loading may take minutes)
+    const double pass_timeout = m->comm_->timeout_s;
+    m->comm_->timeout_s = 300;
+    int32_t loaded = 1;
+    m->comm_->broadcast(&loaded, sizeof loaded, 0);
+    m->comm_->timeout_s = pass_timeout;
+    if (m->comm_->failed()) return make_error("{}", m->comm_->error());
+  }
 
   const ModelConfig& c = m->config_;
   for (const RopeSet& set : c.spec.rope_sets) {
@@ -49,18 +67,18 @@ void Model::ensure_scratch(int64_t n, int64_t n_logit_rows) {
   if (n > scratch_tokens_) {
     x_ = be.new_tensor(n, c.n_embd);
     xb_ = be.new_tensor(n, c.n_embd);
-    q_ = be.new_tensor(n, c.q_dim());
-    k_ = be.new_tensor(n, c.kv_dim());
-    v_ = be.new_tensor(n, c.kv_dim());
-    att_ = be.new_tensor(n, c.q_dim());
+    q_ = be.new_tensor(n, tp_.q_dim(c.head_dim));
+    k_ = be.new_tensor(n, tp_.kv_dim(c.head_dim));
+    v_ = be.new_tensor(n, tp_.kv_dim(c.head_dim));
+    att_ = be.new_tensor(n, tp_.q_dim(c.head_dim));
     proj_ = be.new_tensor(n, c.n_embd);
-    gate_ = be.new_tensor(n, c.n_ff);
-    up_ = be.new_tensor(n, c.n_ff);
+    gate_ = be.new_tensor(n, tp_.n_ff);
+    up_ = be.new_tensor(n, tp_.n_ff);
     rope_cs_.clear();
     for (size_t i = 0; i < inv_freq_.size(); i++) rope_cs_.push_back(be.new_tensor(n, c.rope_dim));
     scratch_tokens_ = n;
   }
-  if (logits_.rows < n_logit_rows) logits_ = be.new_tensor(n_logit_rows, c.n_vocab);
+  if (logits_.rows < n_logit_rows) logits_ = be.new_tensor(n_logit_rows, tp_.n_vocab);
 }
 
 // Prefill multiplies every weight by a block of n tokens (matrix-matrix); decode, with n == 1,
@@ -71,7 +89,8 @@ void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
   const ArchSpec& a = c.spec;
   const int64_t n = b.n_tokens();
   const float eps = c.rms_eps;
-  const HeadShape heads{c.n_head, c.n_kv_head, c.head_dim};
+  const HeadShape heads{tp_.n_q_head, tp_.n_kv_head, c.head_dim};  // this rank's heads
+  Collectives* tp = collectives();  // null: the whole model here, no all-reduce
   const bool sandwich = a.norms == NormPlacement::Sandwich;
   Backend& be = *backend_;
   const Tensor x = x_.rows_view(0, n), xb = xb_.rows_view(0, n), q = q_.rows_view(0, n), k = k_.rows_view(0, n),
@@ -86,7 +105,12 @@ void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
   };
   auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
   be.run_pass(n, [&] {
-    be.embed(weights_.token_embd, b, x, a.embedding_scale);
+    if (tp) {  // each rank has its vocabulary rows; the others' tokens are zero rows until summed
+      be.embed_shard(weights_.token_embd, tp_.vocab0, b, x, a.embedding_scale);
+      be.all_reduce(x, *tp);
+    } else {
+      be.embed(weights_.token_embd, b, x, a.embedding_scale);
+    }
     for (size_t i = 0; i < inv_freq_.size(); i++)  // once for every layer and head
       be.rope_angles(b, inv_freq_[i], c.rope_dim, angles[i]);
     be.rmsnorm(x, weights_.layers[0].attn_norm, xb, eps);
@@ -103,12 +127,14 @@ void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
       be.store_kv(k, v, kv, li, b);
       be.attention(q, kv, li, b, heads, AttentionParams{a.attention_scale, ls.window}, att);
       matmul({{&L.wo, &proj}}, att);
+      if (tp) be.all_reduce(proj, *tp);  // each rank's heads' share of Wo att
       if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);
       be.add_residual(x, proj, &L.ffn_norm, &xb, eps, a.residual_scale);
       // Feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb).
       matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
       be.gated_activation(gate, up, a.activation);
       matmul({{&L.w_down, &proj}}, gate);
+      if (tp) be.all_reduce(proj, *tp);  // each rank's feed-forward columns' share
       if (sandwich) be.rmsnorm(proj, L.post_ffn_norm, proj, eps);
       // The residual add, fused with the next layer's attention norm.
       const Tensor* next_norm = li + 1 < c.n_layer ? &weights_.layers[li + 1].attn_norm : nullptr;

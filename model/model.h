@@ -22,12 +22,16 @@
 #include "kv/block_allocator.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
+#include "model/tensor_parallel.h"
 
 namespace tandem {
 
 struct ModelOptions {
   std::shared_ptr<Backend> backend;  // null: default_backend() (the CPU, every core)
   std::function<void(int, int)> on_load_progress;  // (layers prepared, layers), while loading
+  // The ranks of a tensor-parallel job (null or one rank: the whole model in this process).
+  // Each rank loads its shard; rank 0 calls forward(), the others follow() (tensor_parallel.h).
+  std::shared_ptr<Collectives> tensor_parallel;
 };
 
 class BlockPool;
@@ -46,7 +50,13 @@ class Model {
   static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& opts = {});
   static Result<std::unique_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file, const ModelOptions& opts = {});
 
+  ~Model();
+
   const ModelConfig& config() const { return config_; }
+  // This rank's share of the heads, feed-forward and vocabulary (the whole model on one rank).
+  const TensorParallelPlan& shard() const { return tp_; }
+  // The job's collectives, or null in a process of its own.
+  Collectives* collectives() const { return tp_.split() ? comm_.get() : nullptr; }
   const ModelWeights& weights() const { return weights_; }
   const GgufFile& gguf() const { return *file_; }
   Backend& backend() const { return *backend_; }
@@ -65,6 +75,10 @@ class Model {
   Result<std::span<const float>> forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
                                                std::span<const std::vector<int32_t>> tables);
 
+  // A rank other than 0 of a tensor-parallel job: runs every pass rank 0 sends, on KV stores of
+  // its own heads, until rank 0's model is destroyed (Ok) or a peer fails (the error).
+  Status follow();
+
  private:
   Model() = default;
   Status check_tokens(std::span<const int32_t> tokens) const;
@@ -72,6 +86,11 @@ class Model {
   // The one forward pass: embed the batch's tokens, run every layer (K,V through `kv`), and
   // write the logits of its logit rows to rows [logits_at, ...) of logits_.
   void pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at);
+  // Tensor parallel: the pass on every rank, then every rank's vocabulary share of the logits
+  // gathered into full rows (gathered_); an error when a peer failed.
+  Result<std::span<const float>> parallel_pass(const KvStore& kv, const ForwardBatch& b);
+  // Rank 0: the id of the pool a pass runs on, and the ids of pools freed since the last step.
+  int64_t pool_id(const KvStore& kv, std::vector<int64_t>& dropped);
 
   std::unique_ptr<GgufFile> file_;
   std::shared_ptr<Backend> backend_;
@@ -92,7 +111,14 @@ class Model {
   Tensor gate_;     // [n, n_ff]
   Tensor up_;       // [n, n_ff]
   std::vector<Tensor> rope_cs_;  // per RoPE set: [n, rope_dim] each position's cos, sin pairs
-  Tensor logits_;   // [n_logit_rows, n_vocab]
+  Tensor logits_;   // [n_logit_rows, n_vocab] (this rank's vocabulary share)
+
+  TensorParallelPlan tp_;
+  std::shared_ptr<Collectives> comm_;
+  std::vector<float> gathered_;  // rank 0 of a job: [n_logit_rows, n_vocab], the ranks' shares joined
+  // Rank 0: the pools the other ranks mirror (alive while their storage is), by id.
+  std::vector<std::pair<int64_t, std::weak_ptr<void>>> pools_;
+  int64_t next_pool_id_ = 1;
 };
 
 }  // namespace tandem

@@ -11,7 +11,7 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
   const ModelConfig& c = config_;
   if (b.n_tokens() == 0) return make_error("empty batch");
   const BlockPoolShape& ps = pool.shape();
-  if (ps.n_layer != c.n_layer || ps.n_kv_head != c.n_kv_head || ps.head_dim != c.head_dim)
+  if (ps.n_layer != c.n_layer || ps.n_kv_head != tp_.n_kv_head || ps.head_dim != c.head_dim)
     return make_error("the KV block pool's shape does not match the model");
   if (b.block_tokens() != ps.block_tokens)
     return make_error("the batch counts {} tokens per KV block; the pool holds {}", b.block_tokens(), ps.block_tokens);
@@ -29,6 +29,7 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
   TANDEM_TRY(check_tokens(b.tokens()));
   const int64_t n_logits = (int64_t)b.logit_rows().size();
   ensure_scratch(b.n_tokens(), std::max<int64_t>(1, n_logits));
+  if (collectives()) return parallel_pass(pool.store(), b);
   pass(pool.store(), b, 0);
   const std::span<const float> logits = backend_->read(logits_);  // waits for the pass: its faults show now
   if (Status s = backend_->error(); !s.ok()) return make_error("the forward pass failed: {}", s.error().message);
@@ -37,7 +38,8 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
 
 Result<std::unique_ptr<BlockPool>> Model::new_kv_pool(int64_t n_blocks, DType dtype, int block_tokens,
                                                            PrefixHashFn hash) const {
-  const BlockPoolShape s{config_.n_layer, config_.n_kv_head, config_.head_dim, block_tokens, n_blocks, dtype};
+  // This rank's K,V heads only (all of them in a process of its own).
+  const BlockPoolShape s{config_.n_layer, tp_.n_kv_head, config_.head_dim, block_tokens, n_blocks, dtype};
   return BlockPool::create(s, *backend_, std::move(hash));
 }
 

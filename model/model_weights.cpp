@@ -44,37 +44,78 @@ Result<Weight> prepare_rows(const GgufFile& f, const GgufTensor& t, const std::s
   return w;
 }
 
+// A part of a matrix: rows [row0, row0 + n_rows) and columns [col0, col0 + n_cols) (0 rows or
+// columns: all of them). A column part is each row's run of whole quantization blocks, `row
+// bytes` apart in the file (the backend reads rows at that stride).
+struct Part {
+  int64_t row0 = 0, n_rows = 0, col0 = 0, n_cols = 0;
+};
+
+Result<Weight> prepare_part(const GgufFile& f, const GgufTensor& t, const std::string& name, int64_t rows, int64_t cols,
+                            const Part& part, Backend& b, Ranges& release, bool products) {
+  const int64_t n_rows = part.n_rows ? part.n_rows : rows, n_cols = part.n_cols ? part.n_cols : cols;
+  if (n_cols == cols) return prepare_rows(f, t, name, part.row0, n_rows, cols, b, release, products);
+  const DTypeInfo info = *dtype_info((uint32_t)t.dtype());
+  if (part.col0 % (int64_t)info.block_elems != 0 || n_cols % (int64_t)info.block_elems != 0)
+    return make_error("tensor {} ({}, {}-element blocks) cannot be split by columns at {} + {}: a rank's part must be "
+                      "whole blocks",
+                      name, info.name, info.block_elems, part.col0, n_cols);
+  WeightSource src = source(t, name, n_rows, n_cols);
+  src.data += (size_t)part.row0 * t.row_size() + row_bytes(info, (uint64_t)part.col0);
+  auto w = b.prepare_weight(src, products);
+  if (!w.ok()) return w;
+  w->bytes = (uint64_t)n_rows * row_bytes(info, (uint64_t)n_cols);  // what this rank streams
+  if (!w->reads_source) {
+    release.emplace_back(src.data, (size_t)n_rows * t.row_size());
+    f.release_pages(src.data, release.back().second);
+  }
+  return w;
+}
+
 Result<Weight> matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols, Backend& b,
-                      Ranges& release, bool products = true) {
+                      Ranges& release, bool products = true, const Part& part = {}) {
   auto t = find_matrix(f, name, rows, cols);
   if (!t.ok()) return t.error();
-  return prepare_rows(f, **t, name, 0, rows, cols, b, release, products);
+  return prepare_part(f, **t, name, rows, cols, part, b, release, products);
 }
 
 // A matrix that stacks several products' rows (Phi-3's attn_qkv, ffn_up holding gate and up):
 // one Weight per part, as if the file had them apart.
-Status split_matrix(const GgufFile& f, const std::string& name, int64_t cols,
-                    std::initializer_list<std::pair<Weight*, int64_t>> parts, Backend& b, Ranges& release) {
+// Each part: (weight, its rows in the file, the rows [first, first + n) of them this rank owns).
+struct RowsOf {
+  Weight* w;
+  int64_t rows, first, n;
+};
+Status split_matrix(const GgufFile& f, const std::string& name, int64_t cols, std::initializer_list<RowsOf> parts,
+                    Backend& b, Ranges& release) {
   int64_t rows = 0;
-  for (const auto& [w, n] : parts) rows += n;
+  for (const RowsOf& p : parts) rows += p.rows;
   auto t = find_matrix(f, name, rows, cols);
   if (!t.ok()) return t.error();
-  int64_t first = 0;
-  for (const auto& [w, n] : parts) {
-    auto part = prepare_rows(f, **t, name, first, n, cols, b, release, true);
+  int64_t at = 0;
+  for (const RowsOf& p : parts) {
+    auto part = prepare_rows(f, **t, name, at + p.first, p.n, cols, b, release, true);
     if (!part.ok()) return part.error();
-    *w = std::move(part.value());
-    first += n;
+    *p.w = std::move(part.value());
+    at += p.rows;
   }
   return Status::Ok();
 }
 
-Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Backend& b) {
+// Elements [first, first + count) of a vector of n (count 0: all of them).
+Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Backend& b, int64_t first = 0,
+                      int64_t count = 0) {
   const GgufTensor* t = f.find_tensor(name);
   if (!t) return make_error("missing tensor {}", name);
   if (t->n_elements() != (uint64_t)n || t->dims[0] != (uint64_t)n)
     return make_error("tensor {} has shape {}, expected [{}]", name, dims_str(t->dims), n);
-  return b.prepare_vector(source(*t, name, 1, n));
+  if (count == 0) return b.prepare_vector(source(*t, name, 1, n));
+  const DTypeInfo info = *dtype_info((uint32_t)t->dtype());
+  if (first % (int64_t)info.block_elems != 0 || count % (int64_t)info.block_elems != 0)
+    return make_error("tensor {} ({}) cannot be split at {} + {}: not whole blocks", name, info.name, first, count);
+  WeightSource src = source(*t, name, 1, count);
+  src.data += row_bytes(info, (uint64_t)first);
+  return b.prepare_vector(src);
 }
 
 }  // namespace
@@ -91,21 +132,28 @@ uint64_t ModelWeights::bytes_per_token() const {
 }
 
 Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c, Backend& k,
-                                             const std::function<void(int, int)>& progress) {
+                                             const std::function<void(int, int)>& progress,
+                                             const TensorParallelPlan* tp_plan) {
   ModelWeights w;
   Ranges release;
+  const TensorParallelPlan tp = tp_plan ? *tp_plan : TensorParallelPlan::whole(c);
+  const int64_t hd = c.head_dim;
+  const int64_t q0 = tp.q_head0 * hd, nq = tp.n_q_head * hd, kv0 = tp.kv_head0 * hd, nkv = tp.n_kv_head * hd;
+  const Part vocab_rows{tp.vocab0, tp.n_vocab}, q_rows{q0, nq}, kv_rows{kv0, nkv}, ff_rows{tp.ff0, tp.n_ff};
+  const Part q_cols{0, 0, q0, nq}, ff_cols{0, 0, tp.ff0, tp.n_ff};
 #define TANDEM_ASSIGN(dst, expr)          \
   do {                                    \
     auto r_ = (expr);                     \
     if (!r_.ok()) return r_.error();      \
     dst = std::move(r_.value());          \
   } while (0)
-  TANDEM_ASSIGN(w.token_embd, matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, release, c.tied_output));
+  TANDEM_ASSIGN(w.token_embd,
+                matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, release, c.tied_output, vocab_rows));
   TANDEM_ASSIGN(w.output_norm, vector(f, "output_norm.weight", c.n_embd, k));
   if (c.tied_output)
     w.output = w.token_embd;
   else
-    TANDEM_ASSIGN(w.output, matrix(f, "output.weight", c.n_vocab, c.n_embd, k, release));
+    TANDEM_ASSIGN(w.output, matrix(f, "output.weight", c.n_vocab, c.n_embd, k, release, true, vocab_rows));
   if (f.find_tensor("rope_freqs.weight")) {
     Tensor freqs;
     TANDEM_ASSIGN(freqs, vector(f, "rope_freqs.weight", c.rope_dim / 2, k));
@@ -123,31 +171,33 @@ Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfi
     LayerWeights& l = w.layers[i];
     TANDEM_ASSIGN(l.attn_norm, vector(f, p + "attn_norm.weight", c.n_embd, k));
     if (a.fused_qkv) {
-      TANDEM_TRY(split_matrix(f, p + "attn_qkv.weight", c.n_embd, {{&l.wq, c.q_dim()}, {&l.wk, c.kv_dim()}, {&l.wv, c.kv_dim()}},
+      TANDEM_TRY(split_matrix(f, p + "attn_qkv.weight", c.n_embd,
+                              {{&l.wq, c.q_dim(), q0, nq}, {&l.wk, c.kv_dim(), kv0, nkv}, {&l.wv, c.kv_dim(), kv0, nkv}},
                               k, release));
     } else {
-      TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k, release));
-      TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k, release));
-      TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k, release));
+      TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k, release, true, q_rows));
+      TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k, release, true, kv_rows));
+      TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k, release, true, kv_rows));
     }
     if (a.qkv_bias) {
-      TANDEM_ASSIGN(l.bq, vector(f, p + "attn_q.bias", c.q_dim(), k));
-      TANDEM_ASSIGN(l.bk, vector(f, p + "attn_k.bias", c.kv_dim(), k));
-      TANDEM_ASSIGN(l.bv, vector(f, p + "attn_v.bias", c.kv_dim(), k));
+      TANDEM_ASSIGN(l.bq, vector(f, p + "attn_q.bias", c.q_dim(), k, q0, nq));
+      TANDEM_ASSIGN(l.bk, vector(f, p + "attn_k.bias", c.kv_dim(), k, kv0, nkv));
+      TANDEM_ASSIGN(l.bv, vector(f, p + "attn_v.bias", c.kv_dim(), k, kv0, nkv));
     }
     if (a.qk_norm) {
       TANDEM_ASSIGN(l.q_norm, vector(f, p + "attn_q_norm.weight", c.head_dim, k));
       TANDEM_ASSIGN(l.k_norm, vector(f, p + "attn_k_norm.weight", c.head_dim, k));
     }
-    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release));
+    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release, true, q_cols));
     TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
     if (a.fused_gate_up) {
-      TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd, {{&l.w_gate, c.n_ff}, {&l.w_up, c.n_ff}}, k, release));
+      TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd,
+                              {{&l.w_gate, c.n_ff, tp.ff0, tp.n_ff}, {&l.w_up, c.n_ff, tp.ff0, tp.n_ff}}, k, release));
     } else {
-      TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release));
-      TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release));
+      TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
+      TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
     }
-    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release));
+    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release, true, ff_cols));
     if (a.norms == NormPlacement::Sandwich) {
       TANDEM_ASSIGN(l.post_attn_norm, vector(f, p + "post_attention_norm.weight", c.n_embd, k));
       TANDEM_ASSIGN(l.post_ffn_norm, vector(f, p + "post_ffw_norm.weight", c.n_embd, k));

@@ -170,6 +170,29 @@ void CpuBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor&
   });
 }
 
+void CpuBackend::embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
+                             float scale) {
+  const cpu::WeightMatrix& e = matrix(table);
+  const std::span<const int32_t> tokens = b.tokens();
+  few_rows((int64_t)tokens.size(), [&](int64_t t) {
+    float* row = f32(out) + t * out.cols;
+    const int64_t r = tokens[(size_t)t] - first_row;
+    if (r < 0 || r >= e.rows) return (void)std::fill(row, row + out.cols, 0.0f);
+    cpu::dequantize_row(e.type, e.row(r), row, out.cols);
+    if (scale != 1.0f) cpu::scale_inplace(row, scale, out.cols);
+  });
+}
+
+void CpuBackend::all_reduce(const Tensor& t, Collectives& c) {
+  if (!team_) return Backend::all_reduce(t, c);
+  // Every member's share of the product (and member 0's element-wise work) is written before
+  // member 0 sends; nobody reads the sum before it arrives.
+#pragma omp barrier
+  t_unsynced = false;
+  if (omp_get_thread_num() == 0) Backend::all_reduce(t, c);
+#pragma omp barrier
+}
+
 void CpuBackend::matmul(std::span<const Product> group, const Tensor& in) {
   // Decode calls this ~150 times a token on every team member: no heap allocation here.
   constexpr size_t kMaxGroup = 8;

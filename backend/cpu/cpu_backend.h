@@ -63,6 +63,10 @@ class CpuBackend final : public Backend {
                  const AttentionParams& p, const Tensor& out) override;
   void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
               const Tensor& scratch, const Tensor& out, const LogitsParams& p) override;
+  bool runs_tensor_parallel() const override { return true; }
+  void embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
+                   float scale) override;
+  void all_reduce(const Tensor& t, Collectives& c) override;
 
  private:
   // Runs f(row) for rows [0, n): in a team pass on member 0 (the work is too small to split),

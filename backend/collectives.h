@@ -1,0 +1,55 @@
+// Collectives between the ranks of a tensor-parallel job: the three operations Megatron-style
+// tensor parallelism needs, on memory of the rank's backend (host floats for the CPU ranks over
+// MPI, device floats for CUDA ranks over NCCL). A peer that dies or stops answering must not
+// hang the caller: every operation waits at most timeout_s, then the object is failed() with
+// an error naming what did not answer, and every later operation returns at once (its output
+// undefined), so the pass ends and Model::forward reports the error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tandem {
+
+// Counters of what the collectives moved: the third roof (the network) of a pass.
+struct CollectiveStats {
+  uint64_t calls = 0;   // collectives issued
+  uint64_t bytes = 0;   // payload bytes (each all-reduce's buffer; each gather's whole output)
+  double seconds = 0;   // wall time inside them, waits for slower ranks included
+};
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "mpi (2 ranks, tcp,vader)", for reports.
+  virtual std::string describe() const = 0;
+
+  // data[0, n) = the sum over ranks of every rank's data[0, n).
+  virtual void all_reduce_sum(float* data, size_t n) = 0;
+  // out[r * n, (r + 1) * n) = rank r's in[0, n), on every rank.
+  virtual void all_gather(const float* in, size_t n, float* out) = 0;
+  // bytes of `data` from `root` to every rank (host memory: the batch a step runs).
+  // without_limit: wait as long as it takes (a follower waiting for rank 0's next step).
+  virtual void broadcast(void* data, size_t bytes, int root, bool without_limit = false) = 0;
+
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+  const CollectiveStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  // How long one operation may wait for the other ranks (a pass's collectives only wait for
+  // the slowest rank's share of the same pass); a follower waiting for the next step waits
+  // without a limit (rank 0 decides when work comes).
+  double timeout_s = 10.0;
+
+ protected:
+  void fail(std::string why) {
+    if (error_.empty()) error_ = std::move(why);
+  }
+  std::string error_;
+  CollectiveStats stats_;
+};
+
+}  // namespace tandem

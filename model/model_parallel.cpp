@@ -1,0 +1,81 @@
+// Tensor parallelism's side of Model: rank 0's pass sends its step to the other ranks first
+// (the pool it runs on and the ForwardBatch), every rank runs the same pass over its shard, and
+// the logits' vocabulary shares are gathered; follow() is the other ranks' loop.
+#include <map>
+
+#include "kv/block_pool.h"
+#include "model/model.h"
+
+namespace tandem {
+
+Model::~Model() {
+  // Rank 0's model ends the job's followers (unless a peer already failed: nobody listens).
+  if (comm_ && tp_.rank == 0 && !comm_->failed()) send_step(*comm_, TensorParallelStep::Stop, 0, KvStore{}, {}, nullptr);
+}
+
+int64_t Model::pool_id(const KvStore& kv, std::vector<int64_t>& dropped) {
+  int64_t id = 0;
+  for (size_t i = 0; i < pools_.size();) {
+    const std::weak_ptr<void>& w = pools_[i].second;
+    if (w.expired()) {  // the pool is gone: the followers free their copy
+      dropped.push_back(pools_[i].first);
+      pools_.erase(pools_.begin() + (ptrdiff_t)i);
+      continue;
+    }
+    if (!w.owner_before(kv.owner) && !kv.owner.owner_before(w)) id = pools_[i].first;
+    i++;
+  }
+  if (id == 0) {
+    id = next_pool_id_++;
+    pools_.emplace_back(id, kv.owner);
+  }
+  return id;
+}
+
+Result<std::span<const float>> Model::parallel_pass(const KvStore& kv, const ForwardBatch& b) {
+  Collectives& c = *comm_;
+  if (tp_.rank == 0) {
+    std::vector<int64_t> dropped;
+    const int64_t id = pool_id(kv, dropped);
+    send_step(c, TensorParallelStep::Forward, id, kv, dropped, &b);
+  }
+  if (!c.failed()) pass(kv, b, 0);
+  const size_t n = b.logit_rows().size(), share = (size_t)tp_.n_vocab, V = (size_t)config_.n_vocab;
+  if (n > 0 && !c.failed()) {
+    // Every rank's [n, share] block, then each row joined from the blocks in rank order.
+    std::vector<float> blocks(n * V);
+    c.all_gather(backend_->read(logits_).data(), n * share, blocks.data());
+    gathered_.resize(n * V);
+    for (size_t r = 0; r < (size_t)tp_.size; r++)
+      for (size_t row = 0; row < n; row++)
+        std::copy_n(blocks.data() + r * n * share + row * share, share, gathered_.data() + row * V + r * share);
+  }
+  if (c.failed()) return make_error("{}", c.error());
+  return std::span<const float>(gathered_.data(), n * V);
+}
+
+Status Model::follow() {
+  if (!comm_ || tp_.rank == 0) return make_error("follow() is for the ranks other than 0 of a tensor-parallel job");
+  std::map<int64_t, KvStore> stores;  // rank 0's pools, by id: this rank's heads of each
+  for (;;) {
+    auto step = receive_step(*comm_);
+    if (!step.ok()) return step.error();
+    for (int64_t id : step->dropped_pools) stores.erase(id);
+    if (step->op == TensorParallelStep::Stop) return Status::Ok();
+    auto it = stores.find(step->pool_id);
+    if (it == stores.end()) {
+      auto row = kv_row_bytes(step->kv_dtype, tp_.n_kv_head, config_.head_dim);
+      if (!row.ok()) return row.error();
+      auto kv = backend_->new_kv_store(step->kv_dtype, config_.n_layer, (int)step->block_tokens, step->n_blocks,
+                                       row.value());
+      if (!kv.ok()) return make_error("tensor parallel rank {}: {}", tp_.rank, kv.error().message);
+      it = stores.emplace(step->pool_id, std::move(kv.value())).first;
+    }
+    const ForwardBatch& b = *step->batch;
+    ensure_scratch(b.n_tokens(), std::max<int64_t>(1, (int64_t)b.logit_rows().size()));
+    auto r = parallel_pass(it->second, b);
+    if (!r.ok()) return r.error();
+  }
+}
+
+}  // namespace tandem
