@@ -85,11 +85,19 @@ Command add_bench_command(CLI::App& app) {
       std::vector<double> tok_s;
       PhaseMeasure best;  // the mean run's cost and time
       cpu::MachinePeaks peaks;  // the roofs its % columns compare with
+      CollectiveStats comm;     // tensor parallel: what its runs moved between the ranks
+      int64_t tokens = 0;       // over all its runs
+    };
+    Collectives* ranks = model.collectives();
+    auto begin_comm = [&] { if (ranks) ranks->reset_stats(); };
+    auto end_comm = [&](Test& t, int64_t tokens) {
+      if (ranks) t.comm = ranks->stats(), t.tokens = tokens;
     };
     std::vector<Test> tests;
     if (a->p > 0) {
       Test t{test_name("pp", a->p), {}, {}, peaks};
       double total = 0;
+      begin_comm();
       for (int r = 0; r < a->reps; r++) {
         auto s = time_prefill(model, a->p, kv, a->depth);
         if (!s.ok()) return fail(s.error().message);
@@ -97,6 +105,7 @@ Command add_bench_command(CLI::App& app) {
         total += s.value();
       }
       t.best = {t.name, a->p, total / a->reps, prefill_cost(shape, a->p, a->depth), int8};
+      end_comm(t, (int64_t)a->p * a->reps);
       tests.push_back(t);
     }
     if (a->n > 0) {
@@ -107,6 +116,7 @@ Command add_bench_command(CLI::App& app) {
       if (cpu_be) probe = std::make_unique<cpu::ReadProbe>(cpu_be->threads(), peaks.probe_bytes);
       std::vector<double> read_rates;
       double total = 0;
+      begin_comm();
       for (int r = 0; r < a->reps; r++) {
         if (probe) read_rates.push_back(probe->pass());
         auto s = time_decode(model, a->n, kv, a->depth);
@@ -119,6 +129,7 @@ Command add_bench_command(CLI::App& app) {
         const cpu::ReadRates rr = cpu::summarize_rates(read_rates);
         t.peaks.read_bytes_per_s = rr.best, t.peaks.read_median = rr.median, t.peaks.read_min = rr.least;
       }
+      end_comm(t, (int64_t)a->n * a->reps);
       t.best = {t.name, a->n, total / a->reps, decode_cost(shape, a->n, a->depth), int8};
       tests.push_back(t);
     }
@@ -156,6 +167,13 @@ Command add_bench_command(CLI::App& app) {
         e["probe_read_gb_s_least"] = t.peaks.read_min / 1e9;
         e["tok_s"] = s.mean;
         e["tok_s_stddev"] = s.sd;
+        if (ranks && t.tokens > 0)
+          e["tensor_parallel"] = {{"ranks", ranks->size()},
+                                  {"collectives_per_token", (double)t.comm.calls / t.tokens},
+                                  {"bytes_per_token", (double)t.comm.bytes / t.tokens},
+                                  {"all_reduce_bytes_per_layer_per_token", 2.0 * c.n_embd * sizeof(float)},
+                                  {"collective_ms_per_token", 1e3 * t.comm.seconds / t.tokens},
+                                  {"collective_share", t.best.seconds > 0 ? t.comm.seconds / (t.best.seconds * a->reps) : 0.0}};
         j[t.name] = e;
       }
       if (spec) {
@@ -191,6 +209,16 @@ Command add_bench_command(CLI::App& app) {
         fmt::print("| {} | sd{} (draft-max {}) | {:.2f} ± {:.2f} | {:.2f} ± {:.2f} | {:.2f}x | {} of {} ({:.1f}%) |\n", name, a->n,
                    a->speculative.draft_max, p.mean, p.sd, s.mean, s.sd, p.mean > 0 ? s.mean / p.mean : 0.0, spec->accepted,
                    spec->drafted, spec->drafted ? 100.0 * spec->accepted / spec->drafted : 0.0);
+      }
+      if (ranks) {
+        fmt::print("\ntensor parallel over {} ({}): each layer all-reduces 2 x {} bytes per token (attn_output, ffn_down)\n",
+                   ranks->size(), ranks->describe(), c.n_embd * sizeof(float));
+        for (const Test& t : tests)
+          if (t.tokens > 0)
+            fmt::print("{}: {:.1f} collectives, {} per token; {:.3f} ms per token in them, waits included ({:.1f}% of its time)\n",
+                       t.name, (double)t.comm.calls / t.tokens, format_bytes((double)t.comm.bytes / t.tokens),
+                       1e3 * t.comm.seconds / t.tokens,
+                       t.best.seconds > 0 ? 100 * t.comm.seconds / (t.best.seconds * a->reps) : 0.0);
       }
       fmt::print("\n{}\n", machine_line(peaks));
       if (a->n > 0 && cpu_be)

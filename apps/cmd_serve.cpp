@@ -133,7 +133,8 @@ Command add_serve_command(CLI::App& app) {
     const ModelConfig& c = model.config();
     auto mem = parse_bytes(a->kv_memory);
     if (!mem.ok()) return fail(mem.error().message);
-    BlockPoolShape ps{c.n_layer, c.n_kv_head, c.head_dim, a->block_tokens, 0, kv_dtype_of(a->kv_dtype)};
+    // This rank's K,V heads: --kv-memory is each rank's, so N ranks hold N times the sequences.
+    BlockPoolShape ps{c.n_layer, model.shard().n_kv_head, c.head_dim, a->block_tokens, 0, kv_dtype_of(a->kv_dtype)};
     ps.n_blocks = a->kv_tokens > 0 ? (a->kv_tokens + a->block_tokens - 1) / a->block_tokens
                                    : BlockPool::blocks_for_bytes(ps, mem.value());
     if (ps.n_blocks < 1) return fail(fmt::format("--kv-memory {} holds no KV block", a->kv_memory));
@@ -189,7 +190,7 @@ Command add_serve_command(CLI::App& app) {
                "tandem serve: {} on http://{}:{} ; KV pool {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x "
                "{} bytes ({}), {} blocks of {} tokens\n",
                opts.model_name, opts.host, http.port(), pool.value()->bytes(), format_bytes((double)pool.value()->bytes()),
-               c.n_layer, c.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype,
+               c.n_layer, ps.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype,
                ps.n_blocks, ps.block_tokens);
     if (draft_pool)
       fmt::print(stderr, "tandem serve: draft model {} ; its KV pool {} bytes ({}) for as many positions, besides --kv-memory\n",

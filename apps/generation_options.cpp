@@ -252,11 +252,19 @@ void print_stats(const GenerationStats& st, const Model& m, const GenerationOpti
   } else {
     const DType dt = kv_dtype_of(o.kv_dtype);
     const DTypeInfo info = *dtype_info((uint32_t)dt);
-    fmt::print(stderr, "KV cache       {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x {} bytes ({})\n",
-               st.kv_bytes, human_bytes(st.kv_bytes), c.n_layer, c.n_kv_head, st.kv_tokens, c.head_dim,
+    fmt::print(stderr, "KV cache       {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x {} bytes ({}){}\n",
+               st.kv_bytes, human_bytes(st.kv_bytes), c.n_layer, m.shard().n_kv_head, st.kv_tokens, c.head_dim,
                info.block_elems == 1 ? fmt::format("{}", info.block_bytes)
                                      : fmt::format("{}/{}", info.block_bytes, info.block_elems),
-               info.name);
+               info.name, m.shard().split() ? fmt::format(" on each of {} ranks", m.shard().size) : "");
+  }
+  if (const Collectives* ranks = m.collectives()) {
+    const CollectiveStats& cs = ranks->stats();
+    const double passes_s = st.prefill_s + st.decode_s;
+    fmt::print(stderr, "tensor parallel {} ranks ({}): {} collectives moved {} ({} per layer per token all-reduced); "
+               "{:.2f} ms in them, waits included ({:.1f}% of prefill + decode)\n",
+               ranks->size(), ranks->describe(), cs.calls, human_bytes(cs.bytes), human_bytes(2 * c.n_embd * sizeof(float)),
+               cs.seconds * 1e3, passes_s > 0 ? 100 * cs.seconds / passes_s : 0.0);
   }
 }
 

@@ -6,6 +6,7 @@
 // undefined), so the pass ends and Model::forward reports the error.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,7 +36,8 @@ class Collectives {
   // without_limit: wait as long as it takes (a follower waiting for rank 0's next step).
   virtual void broadcast(void* data, size_t bytes, int root, bool without_limit = false) = 0;
 
-  bool failed() const { return !error_.empty(); }
+  // Readable from any thread (a server's HTTP threads refuse work once a rank failed).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
   const std::string& error() const { return error_; }
   const CollectiveStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
@@ -46,9 +48,12 @@ class Collectives {
 
  protected:
   void fail(std::string why) {
-    if (error_.empty()) error_ = std::move(why);
+    if (failed()) return;
+    error_ = std::move(why);
+    failed_.store(true, std::memory_order_release);
   }
   std::string error_;
+  std::atomic<bool> failed_{false};
   CollectiveStats stats_;
 };
 

@@ -136,6 +136,11 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
     if (auto failed = ctx_.loop.backend_failure())
       return error(503, "the model's backend failed and cannot compute until the server restarts: " + *failed,
                    "service_unavailable", r);
+  if (const Collectives* ranks = ctx_.model.collectives(); ranks && ranks->failed() && is_post(rt)) {
+    // A tensor-parallel peer is gone: no pass can run again, so nothing waits for one.
+    HttpResponse refusal = error(503, ranks->error(), "service_unavailable", r);
+    return refusal;
+  }
   if (draining_ && is_post(rt)) {
     HttpResponse refusal = error(503, "the server is shutting down; retry on another instance", "service_unavailable", r);
     refusal.headers.emplace_back("Retry-After", "5");
@@ -158,6 +163,8 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
       if (draining_) return HttpResponse{503, "application/json", R"({"status":"draining"})", {{"Retry-After", "5"}}, false};
       if (auto failed = ctx_.loop.backend_failure())  // a device fault: send no more work here
         return HttpResponse{503, "application/json", dump_json(ojson{{"status", "unhealthy"}, {"error", *failed}}), {}, false};
+      if (const Collectives* ranks = ctx_.model.collectives(); ranks && ranks->failed())
+        return HttpResponse{503, "application/json", R"({"status":"a tensor-parallel rank failed"})", {}, false};
       return HttpResponse{200, "application/json", R"({"status":"ok"})", {}, false};
     case Route::Metrics:
       return HttpResponse{200, "text/plain; version=0.0.4", metrics_.render(), access_.cors_headers(r), false};

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -48,7 +49,8 @@ class MpiCollectives final : public Collectives {
 
  private:
   // Polls the request to its end or the deadline: spinning first (a pass's collectives mostly
-  // wait microseconds), then yielding the core (ranks may share cores: --oversubscribe).
+  // wait microseconds), then yielding the core (ranks may share cores: --oversubscribe), and
+  // after 0.2 s sleeping 200 us between polls (a follower waiting for the next request).
   void finish(int rc, MPI_Request& r, size_t bytes, const char* what, bool without_limit) {
     const Clock::time_point t0 = Clock::now();
     int done = 0;
@@ -56,8 +58,10 @@ class MpiCollectives final : public Collectives {
       rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
       if (done || rc != MPI_SUCCESS) break;
       if (spins > 2000) sched_yield();
-      if ((spins & 255) == 0 && !without_limit &&
-          std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s) {
+      if ((spins & 255) != 0) continue;
+      const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (waited > 0.2) usleep(200);
+      if (!without_limit && waited > timeout_s) {
         fail(fmt::format("tensor parallel: rank {} waited {:.0f} s in {} of {} bytes for the other {} ranks: one died "
                          "or stopped answering",
                          rank_, timeout_s, what, bytes, size_ - 1));
