@@ -19,7 +19,7 @@ namespace tandem::apps {
 Command add_kv_command(CLI::App& app) {
   struct Args {
     std::string model, dtype = "f16", memory, weights;
-    int layers = 0, kv_heads = 0, head_dim = 0;
+    int layers = 0, kv_heads = 0, head_dim = 0, ranks = 1;
     int64_t ctx = 0, batch = 1;
     bool json = false;
   };
@@ -34,6 +34,10 @@ Command add_kv_command(CLI::App& app) {
   sub->add_option("--dtype", a->dtype, "K/V element type: f16, bf16, f32, q8_0, q4_0, ...");
   sub->add_option("--memory", a->memory, "memory budget for weights + KV, e.g. 24GiB; gpu: the GPU's free memory now");
   sub->add_option("--weights-bytes", a->weights, "weight bytes when no model is given, e.g. 140GB");
+  sub->add_option("--tensor-parallel", a->ranks,
+                  "ranks the model is split over: every figure is one rank's (its K,V heads, 1/N of the weights; "
+                  "--memory is each rank's)")
+      ->check(CLI::Range(1, 4096));
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a]() -> int {
     KvPlanInput in;
@@ -60,14 +64,29 @@ Command add_kv_command(CLI::App& app) {
     if (a->head_dim > 0) in.head_dim = a->head_dim;
     if (a->ctx > 0) in.ctx = a->ctx;
     in.batch = a->batch;
-    auto dt = dtype_from_name(a->dtype);
-    if (!dt.ok()) return fail(dt.error().message);
-    in.dtype = dt.value();
     if (!a->weights.empty()) {
       auto w = parse_bytes(a->weights);
       if (!w.ok()) return fail(w.error().message);
       in.weights_bytes = w.value();
     }
+    // Tensor parallel: a rank holds n_kv_head / N K,V heads, or one replicated head when
+    // n_kv_head < N (model/tensor_parallel.h), and its share of the weights.
+    const int all_kv_heads = in.n_kv_head;
+    if (a->ranks > 1) {
+      if (in.n_kv_head % a->ranks == 0)
+        in.n_kv_head /= a->ranks;
+      else if (a->ranks % in.n_kv_head == 0)
+        in.n_kv_head = 1;
+      else
+        return fail(fmt::format("--tensor-parallel {}: {} K,V heads neither split nor replicate evenly over {} ranks",
+                                a->ranks, in.n_kv_head, a->ranks));
+      in.weights_bytes /= (uint64_t)a->ranks;
+      what += fmt::format(", one rank of {} ({} of its {} K,V heads{})", a->ranks, in.n_kv_head, all_kv_heads,
+                          in.n_kv_head * a->ranks > all_kv_heads ? ", replicated" : "");
+    }
+    auto dt = dtype_from_name(a->dtype);
+    if (!dt.ok()) return fail(dt.error().message);
+    in.dtype = dt.value();
     std::string budget = a->memory;
     if (a->memory == "gpu") {  // what a model loaded onto the GPU now would share with its KV pool
       auto gpu = probe_gpu();
@@ -94,6 +113,7 @@ Command add_kv_command(CLI::App& app) {
       nlohmann::ordered_json j = {{"model", what},
                                   {"layers", in.n_layer},
                                   {"kv_heads", in.n_kv_head},
+                                  {"tensor_parallel", a->ranks},
                                   {"head_dim", in.head_dim},
                                   {"ctx", in.ctx},
                                   {"batch", in.batch},

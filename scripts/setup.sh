@@ -26,6 +26,8 @@ esac
 
 APT_PACKAGES="build-essential cmake pkg-config libpcre2-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
 libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev libomp-dev unzip python3 python3-pip"
+# Tensor parallelism across processes and machines (-DTANDEM_MPI, on when found): Open MPI.
+APT_PACKAGES="$APT_PACKAGES libopenmpi-dev openmpi-bin"
 # The fuzz targets (scripts/fuzz.sh): clang and its libFuzzer runtime; llvm-symbolizer (llvm)
 # turns their sanitizer reports' addresses into file:line.
 APT_PACKAGES="$APT_PACKAGES clang libclang-rt-14-dev llvm"
