@@ -148,11 +148,42 @@ class Scheduler {
     Seq* seq;
     int64_t n;
   };
-  // step()'s parts: schedule -> run -> postprocess.
+  // step()'s parts: schedule -> run -> postprocess (scheduler.cpp).
   void drop_cancelled();
   void admit_waiting();
   std::vector<Planned> schedule();  // tokens per sequence within the budget; blocks (preempting)
+  Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
+  void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
+
+  // Paging (scheduler_paging.cpp).
+  bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
+  bool ensure_blocks(Seq& s, int64_t upto);
+  void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
+  void preempt(Seq& s);
+  Seq* preemption_victim();  // the newest running sequence that made progress since its last preemption
+  void release_blocks(Seq& s);
+  void publish_full_blocks(Seq& s);
+
+  // Emission (scheduler_emission.cpp).
+  // Reports one generated token; false when the sequence ended with it (finished, or `done`).
+  bool emit(Seq& s, int32_t tok, std::span<const float> row, std::vector<Seq*>& done);
+  void finish(Seq& s, FinishReason r, const std::string& error = "", bool by_stop_token = false);
+
+  // Grammar constraints (scheduler_constraints.cpp).
+  // The next token from one logits row, under the sequence's grammar if it has one; -1 when
+  // the grammar allows no token of the vocabulary (the sequence is finished with an error).
+  int32_t sample_next(Seq& s, std::span<const float> row);
+  // The grammar's mask for the sequence's next token (empty span: unconstrained); `keep`
+  // holds it alive.
+  std::span<const uint64_t> allowed_tokens(Seq& s, std::shared_ptr<const grammar::TokenMask>& keep);
+  void prune_draft_to_grammar(Seq& s);
+
+  // Speculative rounds (scheduler_speculation.cpp).
   void propose_drafts(std::vector<Planned>& plan, int64_t budget);  // after blocks: drafts into free ones
+  int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
+  void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
+
+  // The draft model's passes (scheduler_draft_model.cpp).
   // The draft model's passes for the sequences in `jobs` (n: tokens each may draft): first its
   // K,V catch up with each sequence's tokens, then one pass per draft position for all of
   // them. Fills each Seq's draft and draft_q; an error leaves them without a draft.
@@ -170,30 +201,9 @@ class Scheduler {
                        const std::function<void(size_t, std::span<const float>)>& at_end);
   Status draft_positions(DraftRound& r);
   void draft_propose(DraftRound& r, size_t i, std::span<const float> row);  // the draft model's logits -> a draft token
-  int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
-  Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
-  void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
-  // Reports one generated token; false when the sequence ended with it (finished, or `done`).
-  bool emit(Seq& s, int32_t tok, std::span<const float> row, std::vector<Seq*>& done);
-  // The next token from one logits row, under the sequence's grammar if it has one; -1 when
-  // the grammar allows no token of the vocabulary (the sequence is finished with an error).
-  int32_t sample_next(Seq& s, std::span<const float> row);
-  // The grammar's mask for the sequence's next token (empty span: unconstrained); `keep`
-  // holds it alive.
-  std::span<const uint64_t> allowed_tokens(Seq& s, std::shared_ptr<const grammar::TokenMask>& keep);
-  void prune_draft_to_grammar(Seq& s);
-  void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
-  void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
   // Draft blocks (free ones only) for `positions` of s's tokens: the positions they hold.
   int64_t reserve_draft_positions(Seq& s, int64_t positions);
   void trim_draft_blocks(Seq& s, int64_t upto);  // the same for the draft model's blocks
-  bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
-  bool ensure_blocks(Seq& s, int64_t upto);
-  void preempt(Seq& s);
-  Seq* preemption_victim();  // the newest running sequence that made progress since its last preemption
-  void release_blocks(Seq& s);
-  void finish(Seq& s, FinishReason r, const std::string& error = "", bool by_stop_token = false);
-  void publish_full_blocks(Seq& s);
 
   Model& model_;
   BlockPool& pool_;
