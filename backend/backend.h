@@ -143,6 +143,9 @@ class Backend {
   // does not fit is an error naming the bytes.
   virtual Result<KvStore> new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks,
                                        size_t row_bytes) = 0;
+  // Whether store_kv and attention read the layer-group views of a batch (ForwardBatch::group,
+  // a pool with window-only blocks). The CUDA backend stages one batch per pass: not yet.
+  virtual bool kv_layer_groups() const { return false; }
 
   // ---- weights ----
   // products: the weight multiplies activations (false: only embed() looks rows up).

@@ -27,10 +27,22 @@ class ForwardBatch {
   Status add_sequence(std::span<const int32_t> tokens, int64_t first_pos, std::span<const int32_t> table,
                       Logits logits);
 
+  // The same for a pool of several layer groups (kv/layer_groups.h): `tables` holds group g's
+  // table at g (-1 for blocks a window group no longer holds). Every sequence of a batch has
+  // the same number of groups.
+  Status add_sequence(std::span<const int32_t> tokens, int64_t first_pos, std::span<const std::vector<int32_t>> tables,
+                      Logits logits);
+
   // The same in two steps, for batches whose tokens interleave sequences: a table (returns
   // its sequence index), then tokens one at a time.
   int add_table(std::span<const int32_t> table);
+  int add_tables(std::span<const std::vector<int32_t>> tables);
   Status add_token(int seq, int32_t token, int64_t pos, bool want_logits);
+
+  // Group g's view of the batch: the same tokens, positions and logit rows, with that group's
+  // slots and block tables (group 0 is this batch itself).
+  int n_groups() const { return 1 + (int)groups_.size(); }
+  const ForwardBatch& group(int g) const { return g == 0 ? *this : groups_[(size_t)g - 1]; }
 
   int block_tokens() const { return block_tokens_; }
   int64_t n_tokens() const { return (int64_t)tokens_.size(); }
@@ -67,6 +79,7 @@ class ForwardBatch {
   int64_t max_blocks_ = 0;
   std::vector<int64_t> context_lens_;
   std::vector<int64_t> logit_rows_;
+  std::vector<ForwardBatch> groups_;  // groups 1.. of a pool with several layer groups
 };
 
 }  // namespace tandem

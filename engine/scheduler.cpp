@@ -34,8 +34,7 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   if (p.prompt.empty()) return make_error("the prompt is empty");
   if ((int64_t)p.prompt.size() >= ctx)
     return make_error("the prompt has {} tokens; the model's context is {}", p.prompt.size(), ctx);
-  const int64_t B = pool_.block_tokens();
-  const int64_t need = ((int64_t)p.prompt.size() + 1 + B - 1) / B;
+  const int64_t need = blocks_for_tokens((int64_t)p.prompt.size() + 1);
   if (need > pool_.shape().n_blocks)
     return make_error("the prompt needs {} KV blocks; the pool has {}", need, pool_.shape().n_blocks);
   p.max_tokens = (int)std::min<int64_t>(std::max(0, p.max_tokens), ctx - (int64_t)p.prompt.size());
@@ -58,6 +57,7 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb), opts_.speculative);
   s->matcher = std::move(matcher);
   s->tokens = s->params.prompt;
+  s->tables.resize((size_t)pool_.groups().n_groups());
   s->n_prompt = (int)s->tokens.size();
   s->cache_root = pool_.scope_root(s->params.cache_scope);
   waiting_.push_back(std::move(s));
@@ -126,10 +126,9 @@ void Scheduler::admit_waiting() {
   // A preempted sequence whose tokens so far outgrew the whole pool can never run again, and
   // one that cannot be admitted into an empty batch never will be: both end as "length" (cut
   // short for want of KV blocks) rather than waiting forever.
-  const int64_t B = pool_.block_tokens();
   while (!waiting_.empty() && (int)running_.size() < opts_.max_running) {
     Seq& s = *waiting_.front();
-    const bool outgrown = ((int64_t)s.tokens.size() + B - 1) / B > pool_.shape().n_blocks;
+    const bool outgrown = blocks_for_tokens((int64_t)s.tokens.size()) > pool_.shape().n_blocks;
     if (!outgrown && admit(s)) {
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
@@ -201,13 +200,13 @@ Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, 
     if (!s.draft.empty()) {  // the decode token, then the draft at the positions after it
       std::vector<int32_t> chunk(1, s.tokens.back());
       chunk.insert(chunk.end(), s.draft.begin(), s.draft.end());
-      TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.blocks, ForwardBatch::Logits::All));
+      TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.tables, ForwardBatch::Logits::All));
       logit_rows.push_back({&s, (int64_t)chunk.size()});
       continue;
     }
     const bool last = s.n_computed + p.n == (int64_t)s.tokens.size();
     const std::span<const int32_t> chunk(s.tokens.data() + s.n_computed, (size_t)p.n);
-    TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.blocks, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
+    TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.tables, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
     if (last) logit_rows.push_back({&s, 1});
   }
   return model_.forward(pool_, batch);
@@ -218,7 +217,10 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
   for (const Planned& p : plan) {
     // A drafted position counts as computed only once the target accepts its token.
     p.seq->n_computed += p.seq->draft.empty() ? p.n : 1;
-    if (!opts_.no_kv_cache) publish_full_blocks(*p.seq);
+    if (!opts_.no_kv_cache) {
+      publish_full_blocks(*p.seq);
+      drop_out_of_window(*p.seq);
+    }
   }
   // Sample for every sequence whose last token ran (verify its draft), and report.
   const size_t V = (size_t)model_.config().n_vocab;

@@ -157,8 +157,19 @@ class Scheduler {
 
   // Paging (scheduler_paging.cpp).
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
-  bool ensure_blocks(Seq& s, int64_t upto);
+  // Blocks for positions up to upto - 1 in every layer group (window groups: from the first
+  // position the next query reads; up to window_upto, when set, instead).
+  bool ensure_blocks(Seq& s, int64_t upto, int64_t window_upto = -1);
   void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
+  // Window groups return the blocks no later query of the sequence reads.
+  void drop_out_of_window(Seq& s);
+  // Positions every layer group's table covers (the least of them).
+  int64_t held_positions(const Seq& s) const;
+  // The most blocks a sequence of n_tokens needs at once in all groups together.
+  int64_t blocks_for_tokens(int64_t n_tokens) const;
+  // The prefix cache's hit for groups 1..: cut back to the longest prefix every group holds.
+  void lookup_beside(Seq& s);
+  uint64_t beside_hash(const Seq& s, int group, int64_t k) const;
   void preempt(Seq& s);
   Seq* preemption_victim();  // the newest running sequence that made progress since its last preemption
   void release_blocks(Seq& s);

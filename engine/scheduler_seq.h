@@ -19,9 +19,11 @@ struct Scheduler::Seq {
   SeqCallback cb;
   Sampler sampler;
   std::vector<int32_t> tokens;   // prompt, then generated
-  int64_t n_computed = 0;        // tokens whose K,V are in `blocks`
-  std::vector<int32_t> blocks;   // block table
-  std::vector<uint64_t> hashes;  // chained hash of each full block (0 = not yet)
+  int64_t n_computed = 0;        // tokens whose K,V are in its blocks
+  // Block tables, one per layer group of the pool (kv/layer_groups.h): tables[0] holds the
+  // whole prefix; a window group's table has -1 for blocks out of every window.
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<uint64_t> hashes;  // chained hash of each full block of tables[0] (0 = not yet)
   uint64_t cache_root = 0;       // the prefix cache scope's root (BlockPool::scope_root)
   int64_t n_cached_now = 0;      // tokens the prefix cache gave at the last admission
   // n_generated when last preempted (-1: never): until it generates again it is not preempted

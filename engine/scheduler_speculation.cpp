@@ -49,7 +49,7 @@ void Scheduler::propose_drafts(std::vector<Planned>& plan, int64_t budget) {
 
 int64_t Scheduler::fit_draft(Seq& s, int64_t k) {
   if (k <= 0 || ensure_blocks(s, s.n_computed + 1 + k)) return std::max<int64_t>(0, k);
-  const int64_t room = (int64_t)s.blocks.size() * pool_.block_tokens() - s.n_computed - 1;
+  const int64_t room = held_positions(s) - s.n_computed - 1;
   return std::max<int64_t>(0, room);
 }
 
@@ -98,6 +98,7 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
   s.n_computed += accepted;
   trim_blocks(s, s.n_computed);
   publish_full_blocks(s);
+  drop_out_of_window(s);
   // The draft model ran the accepted drafts but the last (it only proposed that one) and the
   // rejected ones: it keeps the accepted positions it holds; the next step's catch-up runs
   // what it has not seen (the last accepted draft, the target's own token).

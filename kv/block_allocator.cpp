@@ -91,9 +91,28 @@ bool BlockAllocator::holds(int32_t b, uint64_t parent_id, std::span<const int32_
 }
 
 void BlockAllocator::publish(int32_t b, int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root) {
-  if (hash == 0 || prefix_id_[(size_t)b] != 0 || tokens.size() != (size_t)block_tokens_) return;
   const uint64_t parent_id = parent_block < 0 ? root : prefix_id_[(size_t)parent_block];
   if (parent_block >= 0 && parent_id == 0) return;  // the parent's prefix is unverified: cannot vouch
+  publish_under(b, parent_id, hash, tokens);
+}
+
+namespace {
+
+// The parent id a block of layer group `group` is verified under: bit 62 and the group above
+// the anchor's prefix id (prefix ids count up from 1 and stay far below 2^56; scope roots have
+// bit 63 set), so no group-0 parent id ever equals it.
+uint64_t beside_id(int group, uint64_t anchor) {
+  return anchor == 0 || anchor >= (1ull << 56) ? 0 : (1ull << 62) | ((uint64_t)(group & 63) << 56) | anchor;
+}
+
+}  // namespace
+
+void BlockAllocator::publish_beside(int32_t b, int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) {
+  if (const uint64_t id = beside_id(group, anchor)) publish_under(b, id, hash, tokens);
+}
+
+void BlockAllocator::publish_under(int32_t b, uint64_t parent_id, uint64_t hash, std::span<const int32_t> tokens) {
+  if (hash == 0 || prefix_id_[(size_t)b] != 0 || tokens.size() != (size_t)block_tokens_) return;
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + (ptrdiff_t)b * block_tokens_);
   parent_id_[(size_t)b] = parent_id;
   hash_of_[(size_t)b] = hash;
@@ -133,6 +152,22 @@ int32_t BlockAllocator::lookup(int32_t parent_block, uint64_t hash, std::span<co
   }
   retain(it->second);
   return it->second;
+}
+
+int32_t BlockAllocator::find(uint64_t parent_id, uint64_t hash, std::span<const int32_t> tokens) const {
+  if (parent_id == 0) return -1;
+  auto it = by_hash_.find(hash);
+  return it != by_hash_.end() && holds(it->second, parent_id, tokens) ? it->second : -1;
+}
+
+bool BlockAllocator::cached_beside(int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) const {
+  return find(beside_id(group, anchor), hash, tokens) >= 0;
+}
+
+int32_t BlockAllocator::lookup_beside(int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) {
+  const int32_t b = find(beside_id(group, anchor), hash, tokens);
+  if (b >= 0) retain(b);
+  return b;
 }
 
 }  // namespace tandem

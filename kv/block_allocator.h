@@ -62,6 +62,18 @@ class BlockAllocator {
   // verification.
   int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root = 0);
 
+  // Blocks of a pool's further layer groups (kv/block_pool.h) hold the same positions as a
+  // block of group 0, for other layers. They are cached beside that block: verified by its
+  // prefix id (`anchor`: ids are never reused, so equal ids mean equal whole prefixes) tagged
+  // with the group (1..63; a tag no prefix id or scope root can equal), and by the tokens, as
+  // for publish(); `hash` is the group's own index key.
+  void publish_beside(int32_t block, int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens);
+  // The cached block published beside `anchor` for `group`, retained for the caller (-1: none).
+  int32_t lookup_beside(int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens);
+  bool cached_beside(int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) const;
+  // The verified prefix id a published block carries (0: none), the anchor of blocks beside it.
+  uint64_t prefix_id(int32_t block) const { return prefix_id_[(size_t)block]; }
+
   int64_t free_blocks() const { return (int64_t)free_.size() + (int64_t)lru_.size(); }  // allocatable now
   int64_t cached_blocks() const { return (int64_t)lru_.size(); }
   int ref_count(int32_t block) const { return refs_[(size_t)block]; }
@@ -70,6 +82,8 @@ class BlockAllocator {
 
  private:
   bool holds(int32_t block, uint64_t parent_id, std::span<const int32_t> tokens) const;
+  void publish_under(int32_t block, uint64_t parent_id, uint64_t hash, std::span<const int32_t> tokens);
+  int32_t find(uint64_t parent_id, uint64_t hash, std::span<const int32_t> tokens) const;
   void forget(int32_t block);    // drops its prefix (and its index entry, if it has one)
   void make_free(int32_t block);  // unreferenced: to the LRU if indexed, else to the free list
 

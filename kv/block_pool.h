@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kv/block_allocator.h"
+#include "kv/layer_groups.h"
 
 namespace tandem {
 
@@ -28,12 +30,17 @@ struct BlockPoolShape {
   int block_tokens = 16;
   int64_t n_blocks = 0;
   DType dtype = DType::F16;  // F16, F32 or Q8_0
+  // Per layer: > 0 a sliding window, 0 full attention. Empty: every layer full. Window layers
+  // get blocks of their own (window-only: kv/layer_groups.h) unless keep_full_window is set.
+  std::vector<int64_t> layer_windows;
+  bool keep_full_window = false;  // llama.cpp's --swa-full: window layers keep every position
 };
 
 class BlockPool {
  public:
   // Pool with n_blocks blocks in `backend`'s memory: bytes = n_blocks x block_tokens x (the
-  // seed's formula per token, block-quantized types counting their blocks), as plan_kv plans.
+  // seed's formula per token for one group's layers, block-quantized types counting their
+  // blocks), as plan_kv plans.
   // `hash`: the prefix cache's chain hash; empty (always, outside tests) for keyed SipHash-2-4.
   static Result<std::unique_ptr<BlockPool>> create(const BlockPoolShape& shape, Backend& backend,
                                                    PrefixHashFn hash = {});
@@ -41,6 +48,10 @@ class BlockPool {
   static int64_t blocks_for_bytes(const BlockPoolShape& shape, uint64_t bytes);
 
   const BlockPoolShape& shape() const { return shape_; }
+  // Which layers a block holds: one group of all of them (the full store), or window-only
+  // groups, each sequence then holding one block table per group. The store's n_layer is the
+  // layers of one group, addressed by KvLayerGroups::slot_of.
+  const KvLayerGroups& groups() const { return groups_; }
   const KvStore& store() const { return store_; }  // what the forward pass reads and writes
   uint64_t bytes() const { return store_.bytes(); }
   size_t block_bytes() const { return store_.block_bytes(); }
@@ -60,6 +71,16 @@ class BlockPool {
   int32_t lookup(int32_t parent_block, uint64_t hash, std::span<const int32_t> tokens, uint64_t root = 0) {
     return alloc_.lookup(parent_block, hash, tokens, root);
   }
+  void publish_beside(int32_t block, int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) {
+    alloc_.publish_beside(block, group, anchor, hash, tokens);
+  }
+  int32_t lookup_beside(int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) {
+    return alloc_.lookup_beside(group, anchor, hash, tokens);
+  }
+  bool cached_beside(int group, uint64_t anchor, uint64_t hash, std::span<const int32_t> tokens) const {
+    return alloc_.cached_beside(group, anchor, hash, tokens);
+  }
+  uint64_t prefix_id(int32_t block) const { return alloc_.prefix_id(block); }
   int64_t free_blocks() const { return alloc_.free_blocks(); }
   int64_t used_blocks() const { return shape_.n_blocks - free_blocks(); }
   int64_t cached_blocks() const { return alloc_.cached_blocks(); }
@@ -70,6 +91,7 @@ class BlockPool {
   BlockPool() = default;
 
   BlockPoolShape shape_;
+  KvLayerGroups groups_;
   KvStore store_;
   BlockAllocator alloc_{0, 1};
 };

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "kv/block_pool.h"
+
 namespace tandem {
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -84,7 +86,7 @@ void Model::ensure_scratch(int64_t n, int64_t n_logit_rows) {
 // Prefill multiplies every weight by a block of n tokens (matrix-matrix); decode, with n == 1,
 // by a single vector (matrix-vector). Weights that read the same input run as one group. The
 // family's differences are the spec's fields, read here and nowhere else.
-void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
+void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at) {
   const ModelConfig& c = config_;
   const ArchSpec& a = c.spec;
   const int64_t n = b.n_tokens();
@@ -124,8 +126,10 @@ void Model::pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at) {
         be.rmsnorm(k, L.k_norm, k, eps, c.head_dim);
       }
       if (a.use_rope) be.rope(q, k, angles[ls.rope_set], heads, c.rope_dim, a.rope_style);
-      be.store_kv(k, v, kv, li, b);
-      be.attention(q, kv, li, b, heads, AttentionParams{a.attention_scale, ls.window}, att);
+      // K,V in the blocks of the layer's group (kv/layer_groups.h), at its place in them.
+      const int group = groups.group_of[(size_t)li], slot = groups.slot_of[(size_t)li];
+      be.store_kv(k, v, kv, slot, b.group(group));
+      be.attention(q, kv, slot, b.group(group), heads, AttentionParams{a.attention_scale, ls.window}, att);
       matmul({{&L.wo, &proj}}, att);
       if (tp) be.all_reduce(proj, *tp);  // each rank's heads' share of Wo att
       if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);

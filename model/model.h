@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "kv/block_allocator.h"
+#include "kv/layer_groups.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
 #include "model/tensor_parallel.h"
@@ -35,6 +36,7 @@ struct ModelOptions {
 };
 
 class BlockPool;
+struct BlockPoolShape;
 
 // One token of a serving step: which sequence it belongs to, its position, whether its
 // logits are wanted (the last prompt token, or a decode token).
@@ -61,6 +63,10 @@ class Model {
   const GgufFile& gguf() const { return *file_; }
   Backend& backend() const { return *backend_; }
 
+  // The shape of a KV pool of n_blocks blocks for this model. window_only: its sliding-window
+  // layers keep only their window (kv/layer_groups.h), where the backend supports layer groups
+  // (the CPU's; on another backend the pool keeps the full store).
+  BlockPoolShape kv_pool_shape(int64_t n_blocks, DType dtype, int block_tokens, bool window_only) const;
   // A KV pool of n_blocks blocks of block_tokens positions in this model's shape, in its
   // backend's memory. hash: the prefix cache's (tests only; empty: keyed SipHash-2-4).
   Result<std::unique_ptr<BlockPool>> new_kv_pool(int64_t n_blocks, DType dtype = DType::F16, int block_tokens = 16,
@@ -83,11 +89,13 @@ class Model {
   Model() = default;
   Status check_tokens(std::span<const int32_t> tokens) const;
   void ensure_scratch(int64_t n_tokens, int64_t n_logit_rows);
-  // The one forward pass: embed the batch's tokens, run every layer (K,V through `kv`), and
+  // The one forward pass: embed the batch's tokens, run every layer (K,V in `kv`), and
   // write the logits of its logit rows to rows [logits_at, ...) of logits_.
-  void pass(const KvStore& kv, const ForwardBatch& b, int64_t logits_at);
+  // `groups`: which layers a block of `kv` holds (kv/layer_groups.h; one group of all layers
+  // for a full store).
+  void pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at);
   // Tensor parallel: the pass on every rank, then every rank's vocabulary share of the logits
-  // gathered into full rows (gathered_); an error when a peer failed.
+  // gathered into full rows (gathered_); an error when a peer failed. Full stores only.
   Result<std::span<const float>> parallel_pass(const KvStore& kv, const ForwardBatch& b);
   // Rank 0: the id of the pool a pass runs on, and the ids of pools freed since the last step.
   int64_t pool_id(const KvStore& kv, std::vector<int64_t>& dropped);

@@ -39,7 +39,7 @@ Result<std::span<const float>> Model::parallel_pass(const KvStore& kv, const For
     const int64_t id = pool_id(kv, dropped);
     send_step(c, TensorParallelStep::Forward, id, kv, dropped, &b);
   }
-  if (!c.failed()) pass(kv, b, 0);
+  if (!c.failed()) pass(kv, KvLayerGroups::plan(config_.n_layer, {}), b, 0);
   const size_t n = b.logit_rows().size(), share = (size_t)tp_.n_vocab, V = (size_t)config_.n_vocab;
   if (n > 0 && !c.failed()) {
     // Every rank's [n, share] block, then each row joined from the blocks in rank order.

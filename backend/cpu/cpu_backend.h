@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   Tensor upload(std::span<const float> host, int64_t rows, int64_t cols) override;
   std::span<const float> read(const Tensor& t) override;
   Result<KvStore> new_kv_store(DType dtype, int n_layer, int block_tokens, int64_t n_blocks, size_t row_bytes) override;
+  bool kv_layer_groups() const override { return true; }
   Result<Weight> prepare_weight(const WeightSource& src, bool products) override;
   Result<Tensor> prepare_vector(const WeightSource& src) override;
 
