@@ -11,15 +11,17 @@
 #include "backend/make_backend.h"
 #include "core/units.h"
 #include "gguf/gguf_file.h"
+#include "kv/block_pool.h"
 #include "kv/kv_planner.h"
+#include "kv/layer_groups.h"
 #include "model/model_config.h"
 
 namespace tandem::apps {
 
 Command add_kv_command(CLI::App& app) {
   struct Args {
-    std::string model, dtype = "f16", memory, weights;
-    int layers = 0, kv_heads = 0, head_dim = 0, ranks = 1;
+    std::string model, dtype = "f16", memory, weights, kv_memory;
+    int layers = 0, kv_heads = 0, head_dim = 0, ranks = 1, block_tokens = 16;
     int64_t ctx = 0, batch = 1;
     bool json = false;
   };
@@ -38,6 +40,10 @@ Command add_kv_command(CLI::App& app) {
                   "ranks the model is split over: every figure is one rank's (its K,V heads, 1/N of the weights; "
                   "--memory is each rank's)")
       ->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-memory", a->kv_memory,
+                  "a KV block pool of this size (serve's --kv-memory): sequences of --ctx tokens it holds, full store and "
+                  "window-only");
+  sub->add_option("--block-tokens", a->block_tokens, "tokens per KV block (with --kv-memory)")->check(CLI::Range(1, 1024));
   sub->add_flag("--json", a->json, "print one JSON object");
   return [a]() -> int {
     KvPlanInput in;
@@ -104,11 +110,36 @@ Command add_kv_command(CLI::App& app) {
     const KvPlan& p = plan.value();
     const std::string dname(dtype_name(in.dtype));
     // Sliding-window layers only ever read their last `window` positions: a store keeping
-    // only those would hold this much per sequence. tandem's paged store keeps every layer's
-    // K,V for every position (a block holds all layers), so it allocates bytes_per_sequence.
+    // only those would hold this much per sequence. tandem's pool (on the CPU backend; not
+    // with --swa-full) keeps, in blocks of a group of layers, the window's blocks and one more.
     uint64_t windowed_seq = 0;
     for (int64_t w : windows)
       windowed_seq += p.bytes_per_token / (uint64_t)in.n_layer * (uint64_t)(w > 0 ? std::min<int64_t>(w, in.ctx) : in.ctx);
+    // A pool of --kv-memory bytes, as serve builds it (planned = allocated): blocks, blocks per
+    // sequence of ctx tokens (per layer group), sequences.
+    struct PoolFit {
+      KvLayerGroups groups;
+      uint64_t block_bytes = 0;
+      int64_t blocks = 0, blocks_per_sequence = 0, sequences = 0;
+    };
+    std::vector<PoolFit> fits;  // full store, then window-only when it differs
+    uint64_t kv_memory = 0;
+    if (!a->kv_memory.empty()) {
+      auto km = parse_bytes(a->kv_memory);
+      if (!km.ok()) return fail(km.error().message);
+      kv_memory = km.value();
+      for (bool keep_full : {true, false}) {
+        BlockPoolShape s{in.n_layer, in.n_kv_head, in.head_dim, a->block_tokens, 0, in.dtype, windows, keep_full};
+        PoolFit f;
+        f.groups = KvLayerGroups::plan(in.n_layer, windows, keep_full);
+        if (!keep_full && (f.groups.n_groups() == 1 || a->ranks > 1)) break;  // tensor parallel: full store
+        f.block_bytes = BlockPool::block_bytes_of(s);
+        f.blocks = BlockPool::blocks_for_bytes(s, kv_memory);
+        f.blocks_per_sequence = f.groups.blocks_per_sequence(in.ctx, a->block_tokens);
+        f.sequences = f.blocks_per_sequence ? f.blocks / f.blocks_per_sequence : 0;
+        fits.push_back(f);
+      }
+    }
     if (a->json) {
       nlohmann::ordered_json j = {{"model", what},
                                   {"layers", in.n_layer},
@@ -128,6 +159,16 @@ Command add_kv_command(CLI::App& app) {
         j["window"] = *std::max_element(windows.begin(), windows.end());
         j["kv_bytes_per_sequence_window_only"] = windowed_seq;
       }
+      if (kv_memory) {
+        j["kv_memory_bytes"] = kv_memory;
+        j["block_tokens"] = a->block_tokens;
+        for (const PoolFit& f : fits)
+          j[f.groups.n_groups() > 1 ? "window_only" : "full_store"] = {
+              {"layer_groups", f.groups.n_groups()},       {"layers_per_block", f.groups.group_layers},
+              {"block_bytes", f.block_bytes},              {"blocks", f.blocks},
+              {"blocks_per_sequence", f.blocks_per_sequence}, {"kv_bytes_per_sequence", f.blocks_per_sequence * f.block_bytes},
+              {"sequences", f.sequences}};
+      }
       if (in.memory_bytes) {
         j["memory_bytes"] = in.memory_bytes;
         j["max_sequences"] = p.max_sequences;
@@ -145,10 +186,23 @@ Command add_kv_command(CLI::App& app) {
     if (!windows.empty()) {
       const auto n_win = std::count_if(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
       fmt::print("  sliding window: {} of {} layers attend to the last {} positions only. A store keeping only\n"
-                 "  their window would need {} per sequence ({:.1f}x less); tandem's paged store keeps\n"
-                 "  every layer's K,V for every position, so it allocates the figures above.\n",
+                 "  their window would need {} per sequence ({:.1f}x less). tandem's pool keeps only their\n"
+                 "  window's blocks on the CPU backend (not with --swa-full, not on CUDA yet): see --kv-memory.\n",
                  n_win, in.n_layer, *std::max_element(windows.begin(), windows.end()), format_bytes((double)windowed_seq),
                  windowed_seq ? (double)p.bytes_per_sequence / (double)windowed_seq : 0.0);
+    }
+    for (const PoolFit& f : fits) {
+      const bool win = f.groups.n_groups() > 1;
+      fmt::print("--kv-memory {} ({}), {}: blocks of {} tokens x {} layers ({} bytes), {} blocks; a sequence of {} tokens "
+                 "holds {} blocks ({}{}): {} sequences fit\n",
+                 a->kv_memory, format_bytes((double)kv_memory), win ? "window-only" : "full store", a->block_tokens,
+                 f.groups.group_layers, f.block_bytes, f.blocks, in.ctx, f.blocks_per_sequence,
+                 format_bytes((double)(f.blocks_per_sequence * f.block_bytes)),
+                 win ? fmt::format("; {} window groups keep {} blocks each", f.groups.n_window_groups(),
+                                   std::min(f.groups.blocks_per_sequence(in.ctx, a->block_tokens),
+                                            (f.groups.window.back() + a->block_tokens - 1) / a->block_tokens + 1))
+                     : "",
+                 f.sequences);
     }
     if (in.weights_bytes)
       fmt::print("weights          {:>14} bytes  {}   (KV of one sequence is {:.1f}% of it)\n", in.weights_bytes,

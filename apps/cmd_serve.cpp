@@ -74,6 +74,7 @@ Command add_serve_command(CLI::App& app) {
     bool allow_special_in_messages = false;
     int port = 8080, max_running = 64, block_tokens = 16;
     int64_t batch_tokens = 512, kv_tokens = 0;
+    bool swa_full = false;
     std::vector<std::string> allow_origin, allow_host;
     int max_connections = 1024;
     double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30, drain_timeout = 30;
@@ -110,6 +111,8 @@ Command add_serve_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
   add_kv_dtype_option(sub, a->kv_dtype);
   sub->add_option("--block-tokens", a->block_tokens, "tokens per KV block")->check(CLI::Range(1, 1024));
+  sub->add_flag("--swa-full", a->swa_full,
+                "sliding-window layers keep every position (default: only their window's blocks, on the CPU backend)");
   sub->add_option("--max-running", a->max_running, "sequences decoded together at most")->check(CLI::Range(1, 4096));
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
   a->speculative.add_to(sub);
@@ -134,9 +137,17 @@ Command add_serve_command(CLI::App& app) {
     auto mem = parse_bytes(a->kv_memory);
     if (!mem.ok()) return fail(mem.error().message);
     // This rank's K,V heads: --kv-memory is each rank's, so N ranks hold N times the sequences.
-    BlockPoolShape ps{c.n_layer, model.shard().n_kv_head, c.head_dim, a->block_tokens, 0, kv_dtype_of(a->kv_dtype)};
-    ps.n_blocks = a->kv_tokens > 0 ? (a->kv_tokens + a->block_tokens - 1) / a->block_tokens
-                                   : BlockPool::blocks_for_bytes(ps, mem.value());
+    // Window-only blocks for sliding-window layers where the backend keeps layer groups (the
+    // CPU's, one process): the pool's bytes are what it allocates, its blocks one group's.
+    BlockPoolShape ps = model.kv_pool_shape(0, kv_dtype_of(a->kv_dtype), a->block_tokens, !a->swa_full);
+    if (a->kv_tokens > 0) {  // as many bytes as a full store of that many tokens
+      BlockPoolShape full = ps;
+      full.keep_full_window = true;
+      const int64_t blocks = (a->kv_tokens + a->block_tokens - 1) / a->block_tokens;
+      ps.n_blocks = BlockPool::blocks_for_bytes(ps, (uint64_t)blocks * BlockPool::block_bytes_of(full));
+    } else {
+      ps.n_blocks = BlockPool::blocks_for_bytes(ps, mem.value());
+    }
     if (ps.n_blocks < 1) return fail(fmt::format("--kv-memory {} holds no KV block", a->kv_memory));
     auto pool = BlockPool::create(ps, model.backend());
     if (!pool.ok()) return fail(pool.error().message);
@@ -195,6 +206,12 @@ Command add_serve_command(CLI::App& app) {
     if (draft_pool)
       fmt::print(stderr, "tandem serve: draft model {} ; its KV pool {} bytes ({}) for as many positions, besides --kv-memory\n",
                  a->speculative.draft_model, draft_pool->bytes(), format_bytes((double)draft_pool->bytes()));
+    const KvLayerGroups& groups = pool.value()->groups();
+    if (groups.n_groups() > 1)
+      fmt::print(stderr,
+                 "tandem serve: window-only KV: {} layer groups of {} layers ({} with a {}-token window keep only its "
+                 "blocks; --swa-full keeps all)\n",
+                 groups.n_groups(), groups.group_layers, groups.n_window_groups(), groups.window.back());
     std::fflush(stderr);
     http.start();
     int sig = 0;

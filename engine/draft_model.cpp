@@ -20,7 +20,11 @@ Status check_draft_vocabulary(const Model& target, const Model& draft) {
 }
 
 Result<std::unique_ptr<BlockPool>> new_draft_pool(const Model& draft, const BlockPool& target_pool) {
-  return draft.new_kv_pool(target_pool.n_blocks(), target_pool.shape().dtype, target_pool.block_tokens());
+  // As many positions as the target's pool would hold as a full store: with window-only
+  // blocks, the target's blocks hold a group of its layers each.
+  const int64_t blocks = std::max<int64_t>(
+      1, target_pool.n_blocks() * target_pool.groups().group_layers / std::max(1, target_pool.shape().n_layer));
+  return draft.new_kv_pool(blocks, target_pool.shape().dtype, target_pool.block_tokens());
 }
 
 }  // namespace tandem

@@ -27,8 +27,10 @@ struct DraftModel {
 // names the first difference.
 Status check_draft_vocabulary(const Model& target, const Model& draft);
 
-// A pool for the draft model with as many positions as `target_pool` (its block size and
-// element type): a sequence's draft K,V never outgrow what the target holds for it.
+// A pool for the draft model with as many positions as `target_pool` would hold as a full
+// store (its block size and element type): a sequence's draft K,V do not outgrow what the
+// target holds for it. (With window-only blocks the target may hold more; draft blocks only
+// come from free ones, so the draft model then drafts less, never wrongly.)
 Result<std::unique_ptr<BlockPool>> new_draft_pool(const Model& draft, const BlockPool& target_pool);
 
 }  // namespace tandem

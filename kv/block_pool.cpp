@@ -23,12 +23,17 @@ Result<std::unique_ptr<BlockPool>> BlockPool::create(const BlockPoolShape& s, Ba
   return p;
 }
 
-int64_t BlockPool::blocks_for_bytes(const BlockPoolShape& s, uint64_t bytes) {
+uint64_t BlockPool::block_bytes_of(const BlockPoolShape& s) {
   auto row = kv_row_bytes(s.dtype, s.n_kv_head, s.head_dim);
   if (!row.ok()) return 0;
   const int layers = KvLayerGroups::plan(s.n_layer, s.layer_windows, s.keep_full_window).group_layers;
   auto one = kv_store_layout(s.dtype, layers, s.block_tokens, 1, row.value());  // a block's bytes, as a store lays it out
-  return one.ok() ? (int64_t)(bytes / one->block_bytes()) : 0;
+  return one.ok() ? one->block_bytes() : 0;
+}
+
+int64_t BlockPool::blocks_for_bytes(const BlockPoolShape& s, uint64_t bytes) {
+  const uint64_t one = block_bytes_of(s);
+  return one ? (int64_t)(bytes / one) : 0;
 }
 
 }  // namespace tandem

@@ -46,6 +46,8 @@ class BlockPool {
                                                    PrefixHashFn hash = {});
   // The number of blocks that fit in `bytes` (0 for a shape the pool would refuse).
   static int64_t blocks_for_bytes(const BlockPoolShape& shape, uint64_t bytes);
+  // One block's bytes: block_tokens positions of K and V of one layer group (0: refused shape).
+  static uint64_t block_bytes_of(const BlockPoolShape& shape);
 
   const BlockPoolShape& shape() const { return shape_; }
   // Which layers a block holds: one group of all of them (the full store), or window-only

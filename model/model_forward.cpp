@@ -52,7 +52,7 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
 }
 
 BlockPoolShape Model::kv_pool_shape(int64_t n_blocks, DType dtype, int block_tokens, bool window_only) const {
-  BlockPoolShape s{config_.n_layer, config_.n_kv_head, config_.head_dim, block_tokens, n_blocks, dtype};
+  BlockPoolShape s{config_.n_layer, tp_.n_kv_head, config_.head_dim, block_tokens, n_blocks, dtype};  // this rank's heads
   for (const LayerSpec& l : config_.spec.layers) s.layer_windows.push_back(l.window);
   s.keep_full_window = !window_only || !backend_->kv_layer_groups() || collectives();
   return s;

@@ -231,6 +231,37 @@ TEST(WindowKv, SchedulerEqualsTheFullStoreBitForBit) {
   EXPECT_EQ(g.used_after, 0);
 }
 
+TEST(WindowKv, ThePlannedSequencesFitTheirBlocks) {
+  // Planned = allocated: a pool of as many blocks as KvLayerGroups plans for 3 sequences of 40
+  // positions runs 3 at once without preempting any; the full store of the same bytes, one.
+  auto m = gemma_shaped();
+  ASSERT_NE(m, nullptr);
+  const int64_t per_seq = pool(*m, 1, true)->groups().blocks_per_sequence(40, kBlock);
+  EXPECT_EQ(per_seq, 10 + 5 * 3);
+  auto win = pool(*m, 3 * per_seq, true), full = pool(*m, 3 * per_seq * 2 / 12, false);
+  EXPECT_LE(full->bytes(), win->bytes());
+  for (BlockPool* p : {win.get(), full.get()}) {
+    SchedulerOptions o;
+    o.max_batch_tokens = 4;
+    Scheduler sched(*m, *p, o);
+    Events ev;
+    for (int r = 0; r < 3; r++) {
+      RequestParams rp;
+      for (int t = 0; t < 30; t++) rp.prompt.push_back((t * 7 + r * 5) % 90 + 3);
+      rp.max_tokens = 10;
+      ASSERT_TRUE(sched.add(rp, ev.callback()).ok());
+    }
+    size_t most = 0;
+    for (int k = 0; k < 1000 && sched.has_work(); k++) {
+      ASSERT_TRUE(sched.step().ok());
+      most = std::max(most, sched.n_running());
+    }
+    EXPECT_EQ(most, p == win.get() ? 3u : 1u);
+    EXPECT_EQ(sched.stats().preemptions, 0);
+    for (auto& [id, events] : ev.by_id) EXPECT_EQ(events.back().n_generated, 10);
+  }
+}
+
 TEST(WindowKv, APrefixHitNeedsTheWindowsBlocks) {
   // The window's blocks of a cached prefix are cached beside its full-attention blocks and
   // evicted on their own; a hit is cut back to the longest prefix whose window blocks are
