@@ -107,7 +107,7 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--write-timeout", a->write_timeout, "seconds a client may take to accept a write before it counts as gone")
       ->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--kv-memory", a->kv_memory, "memory for the KV block pool, e.g. 512MiB, 4GiB");
-  sub->add_option("--kv-tokens", a->kv_tokens, "size the KV block pool in tokens instead (overrides --kv-memory)")
+  sub->add_option("--kv-tokens", a->kv_tokens, "size the KV block pool as a full store of this many tokens would be (overrides --kv-memory)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
   add_kv_dtype_option(sub, a->kv_dtype);
   sub->add_option("--block-tokens", a->block_tokens, "tokens per KV block")->check(CLI::Range(1, 1024));
