@@ -32,7 +32,7 @@ struct BlockPoolShape {
   DType dtype = DType::F16;  // F16, F32 or Q8_0
   // Per layer: > 0 a sliding window, 0 full attention. Empty: every layer full. Window layers
   // get blocks of their own (window-only: kv/layer_groups.h) unless keep_full_window is set.
-  std::vector<int64_t> layer_windows;
+  std::vector<int64_t> layer_windows = {};
   bool keep_full_window = false;  // llama.cpp's --swa-full: window layers keep every position
 };
 

@@ -70,6 +70,32 @@ TEST(KvLayerGroups, GroupsOfEqualSizeAndTheFullStoreWhereNoneHelp) {
   EXPECT_EQ(KvLayerGroups::plan(4, {}).group_layers, 4);
 }
 
+TEST(KvLayerGroups, BlocksBesideAreVerifiedByTheirAnchorAndGroup) {
+  // A window group's block is found only under its group-0 block's prefix id and its own
+  // group; never as a group-0 block (its parent id carries a tag no prefix id has).
+  CpuBackend be;
+  BlockPoolShape s{12, 2, 32, kBlock, 8, DType::F16, std::vector<int64_t>(12, kWindow)};
+  s.layer_windows[5] = s.layer_windows[11] = 0;
+  auto p = BlockPool::create(s, be);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  BlockPool& pool = *p.value();
+  const std::vector<int32_t> toks = {1, 2, 3, 4};
+  const int32_t a = pool.allocate(), b = pool.allocate();
+  const uint64_t h = pool.chain_hash(0, toks), hb = pool.chain_hash(h, std::vector<int32_t>{1});
+  pool.publish(a, -1, h, toks);
+  const uint64_t anchor = pool.prefix_id(a);
+  ASSERT_NE(anchor, 0u);
+  pool.publish_beside(b, 1, anchor, hb, toks);
+  pool.release(b);  // cached
+  EXPECT_EQ(pool.cached_blocks(), 1);
+  EXPECT_FALSE(pool.cached_beside(2, anchor, hb, toks));       // another group
+  EXPECT_FALSE(pool.cached_beside(1, anchor + 1, hb, toks));   // another prefix
+  EXPECT_FALSE(pool.cached_beside(1, anchor, hb, std::vector<int32_t>{1, 2, 3, 5}));  // other tokens
+  EXPECT_EQ(pool.lookup(a, hb, toks), -1);                     // not a group-0 block after a
+  EXPECT_EQ(pool.lookup_beside(1, anchor, hb, toks), b);
+  EXPECT_EQ(pool.ref_count(b), 1);
+}
+
 TEST(KvLayerGroups, BeyondTheWindowTheStoreHoldsOnlyItsBlocks) {
   // One sequence by hand, positions past the window: prefill in chunks that straddle the
   // window's edge, then decode, each window block returned once no query reads it. Every
@@ -173,7 +199,11 @@ Served serve(Model& m, BlockPool& p, SchedulerOptions o) {
       rp.sampling.seed = 7 + r;
       rp.want_logprobs = true;
       rp.top_logprobs = 3;
-      if (r % 2) rp.speculative = SpeculativeParams{SpeculativeMode::Lookup};
+      if (r % 2) {
+        SpeculativeParams sp;
+        sp.mode = SpeculativeMode::Lookup;
+        rp.speculative = sp;
+      }
       auto id = sched.add(rp, ev.callback());
       EXPECT_TRUE(id.ok());
       ids.push_back(id.ok() ? id.value() : -1);
@@ -325,7 +355,9 @@ TEST(WindowKv, APrefixHitNeedsTheWindowsBlocks) {
     // Shares 6 blocks (24 tokens): the window groups' blocks 4 and 5 (positions 19..23) are needed.
     std::vector<int32_t> shared(prompt.begin(), prompt.begin() + 24);
     for (int t = 0; t < 6; t++) shared.push_back(70 + t);
-    if (!answers.count(shared)) EXPECT_EQ(run(shared), 24);
+    if (!answers.count(shared)) {
+      EXPECT_EQ(run(shared), 24);
+    }
     EXPECT_EQ(run_small(shared), evicted == 1 ? 24 : 0) << evicted << " evicted";
   }
 }
