@@ -1,5 +1,6 @@
 // The paged KV cache: one pool of fixed-size blocks (block_tokens positions of K and V for
-// every layer), handed out to sequences through per-sequence block tables, so that memory is
+// every layer, or for one group of layers when sliding-window layers keep only their window:
+// kv/layer_groups.h), handed out to sequences through per-sequence block tables, so that memory is
 // committed 16 tokens at a time instead of a whole context per sequence, and full blocks can
 // be shared between sequences with the same prefix. Every command's KV lives here: `serve`'s
 // many sequences and `run`'s one alike.
