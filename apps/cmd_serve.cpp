@@ -199,10 +199,11 @@ Command add_serve_command(CLI::App& app) {
     if (!st.ok()) return fail(st.error().message);
     fmt::print(stderr,
                "tandem serve: {} on http://{}:{} ; KV pool {} bytes ({}) = 2 x {} layers x {} kv heads x {} tokens x {} head dim x "
-               "{} bytes ({}), {} blocks of {} tokens\n",
+               "{} bytes ({}), {} blocks of {} tokens x {} layers\n",
                opts.model_name, opts.host, http.port(), pool.value()->bytes(), format_bytes((double)pool.value()->bytes()),
-               c.n_layer, ps.n_kv_head, ps.n_blocks * ps.block_tokens, c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype,
-               ps.n_blocks, ps.block_tokens);
+               c.n_layer, ps.n_kv_head, ps.n_blocks * ps.block_tokens * pool.value()->groups().group_layers / c.n_layer,
+               c.head_dim, kv_element_bytes(ps.dtype), a->kv_dtype, ps.n_blocks, ps.block_tokens,
+               pool.value()->groups().group_layers);
     if (draft_pool)
       fmt::print(stderr, "tandem serve: draft model {} ; its KV pool {} bytes ({}) for as many positions, besides --kv-memory\n",
                  a->speculative.draft_model, draft_pool->bytes(), format_bytes((double)draft_pool->bytes()));
