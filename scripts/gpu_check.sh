@@ -102,7 +102,13 @@ if [ $DRY = 1 ] && [ ! -d "$CARRY/bin" ]; then  # the dry run assembles what a w
   DEST=$CARRY run_stage "env: assemble the carried files" "$ENV_LOG" 60 scripts/gpu_prepare.sh --no-build
 fi
 CARRY=$(cd "$CARRY" 2>/dev/null && pwd || echo "$CARRY")
-export LD_LIBRARY_PATH="$CARRY/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libnccl.so.2 (218 MB, not carried either; tandem_cuda_tests links it): the image's, the same way.
+NCCL_DIR=""
+for d in $(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF}' | xargs -r -n1 dirname) /usr/local/cuda/lib64 /usr/local/cuda/lib \
+  $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); do
+  [ -e "$d/libnccl.so.2" ] && NCCL_DIR=$d && break
+done
+export LD_LIBRARY_PATH="$CARRY/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${NCCL_DIR:+:$NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 run_stage "env: libcublas.so.13 opens" "$ENV_LOG" 20 \
   python3 -c 'import ctypes, sys; ctypes.CDLL("libcublas.so.13"); print("FIGURES from", sys.argv[1])' "${CUBLAS_DIR:-nowhere}"
 

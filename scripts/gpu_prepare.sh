@@ -20,6 +20,9 @@ LIMIT_MIB=${LIMIT_MIB:-60}  # of the tool's 64 MiB: the tracked tree (~3 MB) tra
 BINS="tandem tests/tandem_cuda_tests tests/tandem_tests tests/tandem_backend_tests bench/tandem_cuda_matmul_bench"
 # Libraries the image has (glibc's and the compiler's runtime, newer there): not carried.
 SYSTEM_LIBS='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libstdc\+\+\.so|libgcc_s\.so)'
+# Too large to carry (libnccl.so.2 is 218 MB): gpu_check.sh finds the image's copy (PyTorch's
+# nvidia-nccl package) as it finds cuBLAS; only tandem_cuda_tests' NCCL test needs it.
+IMAGE_LIBS='^(libnccl\.so)'
 
 grep -q '^TANDEM_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null ||
   { echo "gpu_prepare: $BUILD is not a CUDA build (cmake -S . -B $BUILD -DTANDEM_CUDA=ON)" >&2; exit 1; }
@@ -47,6 +50,7 @@ for b in "$DEST"/bin/*; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   echo "$name" | grep -Eq "$SYSTEM_LIBS" && continue
+  echo "$name" | grep -Eq "$IMAGE_LIBS" && continue
   cp -L "$path" "$DEST/lib/$name"
 done
 gguf_dir=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))' 2>/dev/null || true)
