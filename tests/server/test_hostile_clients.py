@@ -31,7 +31,6 @@ import tempfile
 import threading
 import time
 
-
 from hostile_harness import *  # noqa: F401,F403  (the server, the client helpers, check)
 from hostile_own_servers import *  # noqa: F401,F403  (checks that start servers of their own)
 
