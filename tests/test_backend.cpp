@@ -102,17 +102,20 @@ TEST(CpuBackend, RmsnormPerHeadNormsEachHeadOnItsOwn) {
   }
 }
 
-// The backend's thread count holds inside its passes, in team passes and in per-op regions,
-// and the caller's OpenMP setting is as it was afterwards: no process-wide state.
+// The backend's thread count holds inside its passes (its team's size, and OpenMP regions run
+// inside a pass), and the caller's OpenMP setting is as it was afterwards: no process-wide state.
 TEST(CpuBackend, OwnsItsThreadCount) {
   const int before = omp_get_max_threads();
-  CpuBackend one(CpuBackendOptions{cpu::best_isa(), 1});
-  EXPECT_EQ(one.threads(), 1);
-  int team_size = -1, op_threads = -1;
-  one.run_pass(1, [&] { team_size = omp_get_num_threads(); });
-  one.run_pass(64, [&] { op_threads = omp_get_max_threads(); });
-  EXPECT_EQ(team_size, 1);
-  EXPECT_EQ(op_threads, 1);
+  for (int threads : {1, 3}) {
+    CpuBackend be(CpuBackendOptions{cpu::best_isa(), threads});
+    EXPECT_EQ(be.threads(), threads);
+    int team_size = -1, op_threads = -1;
+    be.run_pass(1, [&] { team_size = cpu::current_team() ? cpu::current_team()->size() : -1; });
+    be.run_pass(64, [&] { op_threads = omp_get_max_threads(); });
+    EXPECT_EQ(team_size, threads);
+    EXPECT_EQ(op_threads, threads);
+    EXPECT_EQ(cpu::current_team(), nullptr) << "the team is the pass's only";
+  }
   EXPECT_EQ(omp_get_max_threads(), before);
 }
 

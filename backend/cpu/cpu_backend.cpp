@@ -18,20 +18,12 @@ namespace tandem {
 
 namespace {
 
-// Passes of fewer tokens (decode, small serving steps) run in one thread team: their ~150
-// products and attentions share work out inside it and meet at barriers, instead of starting
-// and ending a parallel region each (~1 us apiece). Longer passes split each op on its own.
-constexpr int64_t kTeamMaxTokens = 3;
+// Element-wise work on up to this many rows runs on the calling thread: sharing it costs more
+// than it saves (decode's RMSNorm, RoPE, residual adds are a few microseconds).
+constexpr int64_t kInlineRows = 3;
 
 float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 const cpu::WeightMatrix& matrix(const Weight& w) { return *static_cast<const cpu::WeightMatrix*>(w.impl.get()); }
-
-// In a team pass, element-wise work runs on member 0 alone and the others go on to the next
-// op; this member-local flag says that such work is not yet visible to them. Ops that share
-// work among the members (products, attention) start with a barrier when it is set, so
-// consecutive element-wise ops (RoPE, then the K,V store) cost one barrier, not one each.
-// Every member runs the same op sequence, so every member's flag agrees.
-thread_local bool t_unsynced = false;
 
 }  // namespace
 
@@ -119,45 +111,29 @@ Result<Tensor> CpuBackend::prepare_vector(const WeightSource& src) {
 
 template <typename F>
 void CpuBackend::few_rows(int64_t n, F f) {
-  if (team_) return each_row(n, f);
   for (int64_t t = 0; t < n; t++) f(t);
 }
 
-void CpuBackend::sync() {
-  if (!team_ || !t_unsynced) return;
-#pragma omp barrier
-  t_unsynced = false;
-}
-
-void CpuBackend::run_pass(int64_t n_tokens, const std::function<void()>& body) {
-  // The kernels' own parallel regions take their size from the calling thread's setting:
-  // this backend's count for the pass, then the caller's again.
+void CpuBackend::run_pass(int64_t, const std::function<void()>& body) {
+  // The body runs on this thread; the ops it shares out (products, attention, element-wise
+  // work on many rows) go to the team. OpenMP regions inside (none on the hot path) take this
+  // backend's count too, then the caller's again.
+  if (!team_) team_ = std::make_unique<cpu::WorkTeam>(threads_);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads_);
-  if (n_tokens > kTeamMaxTokens) {
+  {
+    cpu::TeamScope scope(team_.get());
     body();
-  } else {
-    team_ = true;
-#pragma omp parallel num_threads(threads_)
-    {
-      t_unsynced = false;
-      body();
-    }
-    team_ = false;
   }
   omp_set_num_threads(saved);
 }
 
 template <typename F>
 void CpuBackend::each_row(int64_t n, F f) {
-  if (team_) {
-    if (omp_get_thread_num() == 0)
-      for (int64_t t = 0; t < n; t++) f(t);
-    t_unsynced = true;
-  } else {
-#pragma omp parallel for schedule(static) num_threads(threads_)
-    for (int64_t t = 0; t < n; t++) f(t);
-  }
+  if (n <= kInlineRows) return few_rows(n, f);
+  cpu::parallel_for(n, cpu::Split{1, 4}, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; t++) f(t);
+  });
 }
 
 void CpuBackend::embed(const Weight& table, const ForwardBatch& b, const Tensor& out, float scale) {
@@ -183,22 +159,13 @@ void CpuBackend::embed_shard(const Weight& table, int64_t first_row, const Forwa
   });
 }
 
-void CpuBackend::all_reduce(const Tensor& t, Collectives& c) {
-  if (!team_) return Backend::all_reduce(t, c);
-  // Every member's share of the product (and member 0's element-wise work) is written before
-  // member 0 sends; nobody reads the sum before it arrives.
-#pragma omp barrier
-  t_unsynced = false;
-  if (omp_get_thread_num() == 0) Backend::all_reduce(t, c);
-#pragma omp barrier
-}
+void CpuBackend::all_reduce(const Tensor& t, Collectives& c) { Backend::all_reduce(t, c); }
 
 void CpuBackend::matmul(std::span<const Product> group, const Tensor& in) {
-  // Decode calls this ~150 times a token on every team member: no heap allocation here.
+  // Decode calls this ~150 times a token: no heap allocation here.
   constexpr size_t kMaxGroup = 8;
   cpu::Projection proj[kMaxGroup];
   bool any_bias = false;
-  sync();
   for (size_t start = 0; start < group.size(); start += kMaxGroup) {
     const size_t n = std::min(kMaxGroup, group.size() - start);
     for (size_t i = 0; i < n; i++) {
@@ -278,7 +245,6 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, i
 
 void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
                            const AttentionParams& p, const Tensor& out) {
-  sync();
   const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim, p.scale, p.window};
   if (kv.n_blocks == 1 && b.single_run()) {
     // One block holding the whole context: the contiguous kernel, without a table lookup per
@@ -287,7 +253,6 @@ void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const 
                    b.positions()[0], shape, f32(out), kernels_);
     return;
   }
-  // Every team member builds its own views: no allocation shared between threads.
   std::vector<cpu::PagedKvView> views((size_t)b.n_seq());
   for (int s = 0; s < b.n_seq(); s++)
     views[(size_t)s] = {kv.data,         kv.block_bytes(), kv.k_offset(layer), kv.v_offset(layer),

@@ -1,7 +1,7 @@
 // The CPU backend: the forward pass's ops on host memory, by the kernels of kernels/cpu at one
-// ISA level, on a thread team of its own size. The thread count is this object's, not the
-// process's: run_pass sets it for the calling thread for the length of the pass and restores
-// what was there, so two backends (or a serving thread and the main thread) each get theirs.
+// ISA level, on a thread team of its own size (cpu::WorkTeam). The thread count is this
+// object's, not the process's: run_pass makes its team the calling thread's for the length of
+// the pass, so two backends (or a serving thread and the main thread) each get theirs.
 #pragma once
 
 #include <memory>
@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/work_team.h"
 
 namespace tandem {
 
@@ -70,22 +71,20 @@ class CpuBackend final : public Backend {
   void all_reduce(const Tensor& t, Collectives& c) override;
 
  private:
-  // Runs f(row) for rows [0, n): in a team pass on member 0 (the work is too small to split),
-  // otherwise split over the threads.
+  // Runs f(row) for rows [0, n): on the calling thread for a few rows (too little work to
+  // share), otherwise split over the team.
   template <typename F>
   void each_row(int64_t n, F f);
-  // The same for work too small to be worth a parallel region at any row count (a row's
-  // embedding lookup, RoPE angles, K,V store): outside a team it runs on the calling thread.
+  // Work too small to share at any row count (a row's embedding lookup, RoPE angles, the K,V
+  // store): on the calling thread.
   template <typename F>
   void few_rows(int64_t n, F f);
-  // In a team pass: a barrier when element-wise work of member 0 is pending (see the .cpp).
-  void sync();
 
   cpu::CpuKernels kernels_;
   cpu::CpuKernels exact_kernels_;  // f32 activations, for exact_products
   std::vector<std::string> exact_products_;
   int threads_ = 1;
-  bool team_ = false;  // inside a run_pass whose body every team member runs
+  std::unique_ptr<cpu::WorkTeam> team_;  // made by the first pass
 };
 
 }  // namespace tandem

@@ -1,7 +1,5 @@
 #include "kernels/cpu/attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,40 +8,25 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/work_team.h"
 
 namespace tandem::cpu {
 
 namespace {
 
-// Runs body on every thread of a team: the caller's team when every thread of an enclosing
-// region called in (decode runs a whole pass in one region), else a new region. The body's
-// `omp for` loops bind to that team and end in its barrier.
-template <typename Body>
-void in_team(Body body) {
-  if (omp_in_parallel()) {
-    body();
-    return;
-  }
-#pragma omp parallel
-  body();
-}
-
-// A buffer every thread of the team reads and writes: one of them provides it (from its own
-// thread_local storage, kept between calls) and hands the pointer to the others.
+// A buffer the team's threads all read and write: the calling thread's, kept between calls.
 float* team_buffer(size_t n) {
   thread_local std::vector<float> store;
-  float* p = nullptr;
-  if (omp_in_parallel()) {
-#pragma omp single copyprivate(p)
-    {
-      store.resize(n);
-      p = store.data();
-    }
-  } else {
-    store.resize(n);
-    p = store.data();
-  }
-  return p;
+  if (store.size() < n) store.resize(n);
+  return store.data();
+}
+
+// A thread's own scratch of at least n floats, kept between calls (slot 0 and 1: two kinds).
+float* own_scratch(int which, size_t n) {
+  thread_local std::vector<float> store[4];
+  std::vector<float>& v = store[which];
+  if (v.size() < n) v.resize(n);
+  return v.data();
 }
 
 // Key segment sg of a row with n_keys keys: [first, first + count).
@@ -106,38 +89,48 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
     // Segment results of split rows: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
     float* part_o = split ? team_buffer((size_t)(n_q * max_seg * s.n_head * (hd + 2))) : nullptr;
     float* part_st = split ? part_o + n_q * max_seg * s.n_head * hd : nullptr;
-    in_team([&] {
-      std::vector<const uint8_t*> k_rows((size_t)seg_keys), v_rows((size_t)seg_keys);
-      std::vector<float> scores((size_t)(per_item * seg_keys));
-      // A whole row's segments, for rows one thread does alone: [max_seg][per_item].
-      const size_t own = split ? 0 : (size_t)(max_seg * per_item);
-      std::vector<float> own_o(own * hd), own_st(own * 2);
-      // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when
-      // the row has one segment and o is its output).
-      auto run = [&](int64_t i, int h0, int64_t sg, float* o, float* st) {
-        const Segment g = segment(keys_of(i), sg);
-        const int64_t lo = lo_of(i);
-        for (int64_t t = 0; t < g.count; t++)
-          std::tie(k_rows[(size_t)t], v_rows[(size_t)t]) = rows(i, lo + g.first + t, h0 / group);
-        heads(hd, per_item, q + i * q_stride + (int64_t)h0 * hd, k_rows.data(), v_rows.data(), g.count, scale,
-              scores.data(), seg_keys, o, st);
-      };
-      if (split) {
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < n_q * items_per_row * max_seg; w++) {
+    // Each thread's scratch: K and V row pointers of a segment, the scores of its heads, and the
+    // segments of a row it does alone ([max_seg][per_item]).
+    struct Scratch {
+      const uint8_t** k_rows;
+      const uint8_t** v_rows;
+      float *scores, *own_o, *own_st;
+    };
+    const size_t own = split ? 0 : (size_t)(max_seg * per_item);
+    auto scratch = [&] {
+      thread_local std::vector<const uint8_t*> kv;
+      if (kv.size() < (size_t)(2 * seg_keys)) kv.resize((size_t)(2 * seg_keys));
+      float* f = own_scratch(0, (size_t)(per_item * seg_keys) + own * hd + own * 2);
+      return Scratch{kv.data(), kv.data() + seg_keys, f, f + per_item * seg_keys, f + per_item * seg_keys + own * hd};
+    };
+    // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when the
+    // row has one segment and o is its output).
+    auto run = [&](const Scratch& sc, int64_t i, int h0, int64_t sg, float* o, float* st) {
+      const Segment g = segment(keys_of(i), sg);
+      const int64_t lo = lo_of(i);
+      for (int64_t t = 0; t < g.count; t++)
+        std::tie(sc.k_rows[(size_t)t], sc.v_rows[(size_t)t]) = rows(i, lo + g.first + t, h0 / group);
+      heads(hd, per_item, q + i * q_stride + (int64_t)h0 * hd, sc.k_rows, sc.v_rows, g.count, scale, sc.scores,
+            seg_keys, o, st);
+    };
+    if (split) {
+      parallel_for(n_q * items_per_row * max_seg, Split{1, 0}, [&](int64_t b, int64_t e, int) {
+        const Scratch sc = scratch();
+        for (int64_t w = b; w < e; w++) {
           const int64_t i = w / (items_per_row * max_seg), sg = w % max_seg;
           const int h0 = (int)(w / max_seg % items_per_row) * per_item;
           const int64_t n_seg = segments(keys_of(i));
           if (sg >= n_seg) continue;
           if (n_seg == 1) {
-            run(i, h0, 0, out + i * q_stride + (int64_t)h0 * hd, nullptr);
+            run(sc, i, h0, 0, out + i * q_stride + (int64_t)h0 * hd, nullptr);
           } else {
             const int64_t at = (i * max_seg + sg) * s.n_head + h0;
-            run(i, h0, sg, part_o + at * hd, part_st + at * 2);
+            run(sc, i, h0, sg, part_o + at * hd, part_st + at * 2);
           }
         }
-#pragma omp for schedule(static)
-        for (int64_t w = 0; w < n_q * s.n_head; w++) {
+      });
+      parallel_for(n_q * s.n_head, Split{1, 1}, [&](int64_t b, int64_t e, int) {
+        for (int64_t w = b; w < e; w++) {
           const int64_t i = w / s.n_head;
           const int h = (int)(w % s.n_head);
           const int64_t n_seg = segments(keys_of(i));
@@ -146,39 +139,38 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
           merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
                          out + i * q_stride + (int64_t)h * hd);
         }
-        return;
-      }
-#pragma omp for schedule(dynamic, 2)
-      for (int64_t w = 0; w < n_q * items_per_row; w++) {
+      });
+      return;
+    }
+    parallel_for(n_q * items_per_row, Split{2, 0}, [&](int64_t b, int64_t e, int) {
+      const Scratch sc = scratch();
+      for (int64_t w = b; w < e; w++) {
         const int64_t i = w / items_per_row;
         const int h0 = (int)(w % items_per_row) * per_item;
         const int64_t n_seg = segments(keys_of(i));
         float* o = out + i * q_stride + (int64_t)h0 * hd;
         if (n_seg == 1) {
-          run(i, h0, 0, o, nullptr);
+          run(sc, i, h0, 0, o, nullptr);
           continue;
         }
-        for (int64_t sg = 0; sg < n_seg; sg++)
-          run(i, h0, sg, own_o.data() + sg * per_item * hd, own_st.data() + sg * per_item * 2);
+        for (int64_t sg = 0; sg < n_seg; sg++) run(sc, i, h0, sg, sc.own_o + sg * per_item * hd, sc.own_st + sg * per_item * 2);
         for (int h = 0; h < per_item; h++)
-          merge_segments(n_seg, own_o.data() + h * hd, per_item * hd, own_st.data() + h * 2, per_item * 2, hd,
-                         o + h * hd);
+          merge_segments(n_seg, sc.own_o + h * hd, per_item * hd, sc.own_st + h * 2, per_item * 2, hd, o + h * hd);
       }
     });
     return;
   }
   const int64_t n_work = n_q * s.n_head;
-  in_team([&] {
-    std::vector<float> scores((size_t)max_keys);  // [n_keys] of one query row
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t w = 0; w < n_work; w++) {
+  parallel_for(n_work, Split{4, 0}, [&](int64_t b, int64_t e, int) {
+    float* scores = own_scratch(1, (size_t)max_keys);  // [n_keys] of one query row
+    for (int64_t w = b; w < e; w++) {
       const int64_t i = w / s.n_head;
       const int h = (int)(w % s.n_head);
       const int kvh = h / group;
       const int64_t n_keys = keys_of(i), lo = lo_of(i);
       const float* qh = q + i * q_stride + (int64_t)h * s.head_dim;
       for (int64_t t = 0; t < n_keys; t++) scores[t] = dot(rows(i, lo + t, kvh).first, qh, s.head_dim) * scale;
-      softmax(scores.data(), n_keys);
+      softmax(scores, n_keys);
       float* oh = out + i * q_stride + (int64_t)h * s.head_dim;
       std::memset(oh, 0, sizeof(float) * s.head_dim);
       for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, lo + t, kvh).second, oh, s.head_dim);

@@ -1,10 +1,12 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <omp.h>
 #include <vector>
 
 #include "kernels/cpu/dequantize.h"
+#include "kernels/cpu/work_team.h"
 
 namespace tandem::cpu {
 
@@ -99,8 +101,9 @@ void run_tile(std::span<const Projection> group, const Tile& tile, const float* 
   }
 }
 
-// One thread's view of a group product: the tile list and the quantized input. Decode calls
-// matmul_group ~120 times a token, so both keep their memory (thread_local) between calls.
+// A group product's plan: the tile list and the quantized input, made by the calling thread
+// and read by the team. Decode calls matmul_group ~120 times a token, so both keep their
+// memory (the caller's thread_local storage) between calls.
 struct GroupPlan {
   std::vector<Tile>& tiles;
   std::vector<BlockQ8Act>& xq;  // [n_tokens, cols / 32]
@@ -110,8 +113,8 @@ struct GroupPlan {
   int64_t decode_chunk = 1;
 };
 
-// quantize_all: quantize every token here (a team member works on its own copy); otherwise
-// only a single token, and the team splits a batch.
+// quantize_all: quantize every token here; otherwise only a single token, and the team splits
+// a batch.
 GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k,
                      int threads, bool quantize_all) {
   thread_local std::vector<Tile> tile_store;
@@ -138,65 +141,58 @@ GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t 
   return p;
 }
 
-// What every thread of the team runs; the loops share the tiles out and end in a barrier.
-void run_group(const GroupPlan& p, std::span<const Projection> group, const float* X, int64_t n_tokens,
-               const CpuKernels& k) {
+}  // namespace
+
+void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
+  WorkTeam* team = current_team();
+  const int threads = team ? team->size() : omp_get_max_threads();
+  const GroupPlan p = plan_group(group, X, n_tokens, k, threads, false);
   const int64_t cols = group[0].w->cols, nb = cols / 32;
   const std::vector<Tile>& tiles = p.tiles;
   const BlockQ8Act* xq = p.xq.data();
   const int64_t n_tiles = (int64_t)tiles.size();
-  if (p.any_q8 && !p.quantized) {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, p.xq.data() + t * nb, cols);
-  }
-  std::vector<float> decoded(p.any_decoded ? (size_t)(p.tile_rows * cols) : 0);  // [tile_rows, cols]
-  // Packed matrices go token chunk by token chunk. Chunks write disjoint outputs, so no
-  // barrier between them, and tiles go out dynamically: on this shared host one core often
-  // runs slower, and a static split left the other waiting (libgomp spin was ~10% of Q4_1
-  // prefill samples; pp512 medians 615 -> 798 tok/s over 5 alternations, 1B neutral). The
+  if (p.any_q8 && !p.quantized)
+    parallel_for(n_tokens, Split{1, 1}, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; t++) k.quantize_act(X + t * cols, p.xq.data() + t * nb, cols);
+    });
+  // Rows decoded to float once per tile (float-path weights with many tokens): each thread's own.
+  auto decoded = [&]() -> float* {
+    thread_local std::vector<float> store;
+    if (p.any_decoded && store.size() < (size_t)(p.tile_rows * cols)) store.resize((size_t)(p.tile_rows * cols));
+    return store.data();
+  };
+  // Packed matrices go token chunk by token chunk, tiles claimed two at a time, chunk after
+  // chunk with no wait between them: on this shared host one core often runs slower, and a
+  // static split left the other waiting (pp512 615 -> 798 tok/s when this went dynamic). The
   // tile, not the thread, fixes every float.
-  if (p.any_packed && n_tokens > kStreamTokens)
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kPackedTokenChunk) {
-#pragma omp for schedule(dynamic, 2) nowait
-      for (int64_t ti = 0; ti < n_tiles; ti++) {
-        const Tile& tile = tiles[ti];
+  if (p.any_packed && n_tokens > kStreamTokens) {
+    const int64_t n_chunks = (n_tokens + kPackedTokenChunk - 1) / kPackedTokenChunk;
+    parallel_for(n_chunks * n_tiles, Split{2, 0}, [&](int64_t b, int64_t e, int) {
+      for (int64_t item = b; item < e; item++) {
+        const Tile& tile = tiles[item % n_tiles];
+        const int64_t t0 = item / n_tiles * kPackedTokenChunk;
         const WeightMatrix& w = *group[tile.p].w;
         if (w.is_packed())
-          packed_tile(w, tile.r0, tile.nr, X, xq, nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk), group[tile.p].out + tile.r0);
+          packed_tile(w, tile.r0, tile.nr, X, xq, nb, t0, std::min(n_tokens, t0 + kPackedTokenChunk),
+                      group[tile.p].out + tile.r0);
       }
-    }
-  // Decode: guided scheduling hands out shrinking runs of tiles, so a thread that the
-  // machine slows (the two cores rarely stream at the same rate) takes fewer of them while
-  // each run stays one sequential stream. The tile, not the thread, fixes every float.
-  // Passes of a few tokens (speculative verify passes, small serving steps) stream the
-  // weights as decode does, every tile's rows against all their tokens at once.
-  if (n_tokens <= kStreamTokens && n_tiles < kDynamicMinTiles) {
-#pragma omp for schedule(guided)
-    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, n_tokens, xq, decoded.data(), k);
-  } else if (n_tokens <= kStreamTokens) {
-#pragma omp for schedule(dynamic, p.decode_chunk)
-    for (int64_t ti = 0; ti < n_tiles; ti++) run_tile(group, tiles[ti], X, n_tokens, xq, decoded.data(), k);
-  } else {
-#pragma omp for schedule(static)
-    for (int64_t ti = 0; ti < n_tiles; ti++)
-      if (!group[tiles[ti].p].w->is_packed()) run_tile(group, tiles[ti], X, n_tokens, xq, decoded.data(), k);
+    });
   }
-}
-
-}  // namespace
-
-void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
-  if (omp_in_parallel()) {
-    // Every thread of an enclosing team called this (decode runs a whole pass in one
-    // region): each plans for itself, the same tiles and the same quantized input, and the
-    // loops bind to that team, so no region starts or ends here.
-    const GroupPlan p = plan_group(group, X, n_tokens, k, omp_get_num_threads(), true);
-    run_group(p, group, X, n_tokens, k);
-    return;
-  }
-  const GroupPlan p = plan_group(group, X, n_tokens, k, omp_get_max_threads(), false);
-#pragma omp parallel
-  run_group(p, group, X, n_tokens, k);
+  // Decode: guided claims hand out shrinking runs of tiles, so a thread that the machine slows
+  // (or preempts) takes fewer of them while each run stays one sequential stream; the first
+  // run is a quarter of the tiles, not half, so a preempted thread holds up less. Large
+  // matrices go out in runs of 1/32 of a share. Passes of a few tokens (speculative verify
+  // passes, small serving steps) stream the weights as decode does, every tile's rows against
+  // all their tokens at once.
+  static int parts = getenv("TS_PARTS") ? atoi(getenv("TS_PARTS")) : 2;
+  Split split{1, parts};
+  if (n_tokens <= kStreamTokens && n_tiles >= kDynamicMinTiles) split = Split{p.decode_chunk, 0};
+  const bool all = n_tokens <= kStreamTokens;
+  parallel_for(n_tiles, split, [&](int64_t b, int64_t e, int) {
+    float* dec = decoded();
+    for (int64_t ti = b; ti < e; ti++)
+      if (all || !group[tiles[ti].p].w->is_packed()) run_tile(group, tiles[ti], X, n_tokens, xq, dec, k);
+  });
 }
 
 void WeightMatrix::pack_for(const CpuKernels& k) {

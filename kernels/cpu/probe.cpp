@@ -55,18 +55,42 @@ ReadProbe::ReadProbe(int threads, size_t bytes)
 
 double ReadProbe::pass() {
   const bool avx2 = has_avx2(best_isa());
+  auto read = avx2 ? detail::read_pass_avx2 : detail::read_pass_scalar;
   std::vector<float> part(threads_, 0.0f);
   Timer t;
 #pragma omp parallel num_threads(threads_)
   {
     const int id = omp_get_thread_num(), nt = omp_get_num_threads();
     const size_t chunk = (n_ + nt - 1) / nt, lo = std::min(n_, chunk * id), hi = std::min(n_, lo + chunk);
-    part[id] = avx2 ? detail::read_pass_avx2(buf_.get() + lo, hi - lo) : detail::read_pass_scalar(buf_.get() + lo, hi - lo);
+    // kStreams interleaved streams over the thread's range, kStep floats of each at a time.
+    constexpr size_t kStreams = 4, kStep = 1024;
+    const size_t len = hi - lo, per = len / kStreams;
+    float sum = 0;
+    for (size_t off = 0; off < per; off += kStep)
+      for (size_t s = 0; s < kStreams; s++) sum += read(buf_.get() + lo + s * per + off, std::min(kStep, per - off));
+    if (per * kStreams < len) sum += read(buf_.get() + lo + per * kStreams, len - per * kStreams);
+    part[id] = sum;
   }
   const double s = t.seconds();
   volatile float sink = 0;
   for (float x : part) sink = sink + x;
   return s > 0 ? (double)bytes() / s : 0;
+}
+
+double ReadProbe::best(int passes, std::vector<double>* rates) {
+  double b = 0;
+  for (int i = 0; i < passes; i++) {
+    const double r = pass();
+    if (rates) rates->push_back(r);
+    b = std::max(b, r);
+  }
+  return b;
+}
+
+size_t probe_bytes_for(double working_set_bytes) {
+  const double lo = double(1 << 20), hi = double(size_t(2) << 30);
+  const size_t b = (size_t)std::clamp(working_set_bytes, lo, hi);
+  return b & ~size_t(4095);
 }
 
 ReadRates summarize_rates(std::vector<double> rates) {
@@ -138,11 +162,11 @@ double measure_peak_int8_ops(Isa isa, int threads, double seconds) {
                    threads, seconds);
 }
 
-MachinePeaks measure_machine(Isa isa, int threads) {
+MachinePeaks measure_machine(Isa isa, int threads, size_t probe_bytes) {
   MachinePeaks m;
   m.threads = threads;
   m.isa = isa;
-  m.probe_bytes = size_t(512) << 20;
+  m.probe_bytes = probe_bytes;
   const ReadRates r = measure_read_bandwidth(threads, m.probe_bytes);
   m.read_bytes_per_s = r.best, m.read_median = r.median, m.read_min = r.least;
   m.flops_per_s = measure_peak_flops(isa, threads);

@@ -1,0 +1,129 @@
+#include "kernels/cpu/work_team.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+namespace tandem::cpu {
+
+namespace {
+
+thread_local WorkTeam* t_team = nullptr;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#endif
+}
+
+// Spin until done() or spin_us have passed; true when done() came first.
+template <typename Done>
+bool spin_until(Done done, int spin_us) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (int i = 1;; i++) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= until) return done();
+  }
+}
+
+// Members keep spinning this long after an op: decode issues its next op within a few
+// microseconds (element-wise work on the caller), so they are there for it; longer gaps
+// (sampling, the scheduler between serving steps) put them to sleep and free the core.
+static int kMemberSpinUs = getenv("TS_MSPIN") ? atoi(getenv("TS_MSPIN")) : 50;
+// The caller spins this long for members to finish their last chunks, then sleeps, so that a
+// preempted member that shares its core gets the core back.
+static int kCallerSpinUs = getenv("TS_CSPIN") ? atoi(getenv("TS_CSPIN")) : 20;
+
+}  // namespace
+
+WorkTeam* current_team() { return t_team; }
+
+TeamScope::TeamScope(WorkTeam* team) : saved_(t_team) { t_team = team; }
+TeamScope::~TeamScope() { t_team = saved_; }
+
+WorkTeam::WorkTeam(int threads) {
+  for (int slot = 1; slot < threads; slot++) members_.emplace_back([this, slot] { member_loop(slot); });
+}
+
+WorkTeam::~WorkTeam() {
+  stop_.store(true, std::memory_order_seq_cst);
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  epoch_.notify_all();
+  for (std::thread& t : members_) t.join();
+}
+
+void WorkTeam::run_op(int64_t n, Split split, void* fn, Call call) {
+  op_++;
+  const uint64_t tag = (uint64_t)op_ << 32;
+  // Close the claim word before the fields change: a member that read the last op's word
+  // (exhausted) and then reads this op's larger n fails its compare-and-swap.
+  claim_.store(tag | kClosed, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  n_.store(n, std::memory_order_relaxed);
+  min_chunk_.store(std::max<int64_t>(1, split.min_chunk), std::memory_order_relaxed);
+  parts_.store(split.parts_per_thread, std::memory_order_relaxed);
+  fn_.store(fn, std::memory_order_relaxed);
+  call_.store(call, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(tag, std::memory_order_release);  // open
+  epoch_.store(op_, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) epoch_.notify_all();
+
+  in_item_ = true;
+  run_chunks(0);
+  in_item_ = false;
+  const uint32_t total = (uint32_t)n;
+  auto finished = [&] { return done_.load(std::memory_order_acquire) == total; };
+  if (spin_until(finished, kCallerSpinUs)) return;
+  caller_waiting_.store(true, std::memory_order_seq_cst);
+  for (uint32_t d; (d = done_.load(std::memory_order_seq_cst)) != total;) done_.wait(d, std::memory_order_seq_cst);
+  caller_waiting_.store(false, std::memory_order_relaxed);
+}
+
+void WorkTeam::run_chunks(int slot) {
+  const int team = size();
+  for (;;) {
+    uint64_t c = claim_.load(std::memory_order_acquire);
+    const uint32_t next = (uint32_t)c;
+    if (next == kClosed) return;
+    // Seqlock read of the op's fields: valid only if the claim word is unchanged at the CAS.
+    const int64_t n = n_.load(std::memory_order_relaxed);
+    const int64_t min_chunk = min_chunk_.load(std::memory_order_relaxed);
+    const int parts = parts_.load(std::memory_order_relaxed);
+    void* fn = fn_.load(std::memory_order_relaxed);
+    const Call call = call_.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if ((int64_t)next >= n) return;
+    const int64_t left = n - next;
+    int64_t take = min_chunk;
+    if (parts > 0) take = std::max(take, left / ((int64_t)parts * team));
+    take = std::min(take, left);
+    if (!claim_.compare_exchange_weak(c, c + (uint64_t)take, std::memory_order_acq_rel, std::memory_order_relaxed))
+      continue;
+    call(fn, next, next + take, slot);
+    const uint32_t now = done_.fetch_add((uint32_t)take, std::memory_order_seq_cst) + (uint32_t)take;
+    if (now == (uint32_t)n && caller_waiting_.load(std::memory_order_seq_cst)) done_.notify_one();
+  }
+}
+
+void WorkTeam::member_loop(int slot) {
+  uint32_t seen = 0;
+  for (;;) {
+    auto fresh = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(fresh, kMemberSpinUs)) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      epoch_.wait(seen, std::memory_order_seq_cst);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      continue;  // spin again: the next op is usually right behind this one
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = epoch_.load(std::memory_order_acquire);
+    run_chunks(slot);
+  }
+}
+
+}  // namespace tandem::cpu
