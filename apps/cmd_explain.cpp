@@ -147,15 +147,15 @@ Command add_explain_command(CLI::App& app) {
       return true;
     });
     if (!st.ok()) return fail(st.error().message);
-    auto roofs = measure_roofs(model);
-    if (!roofs.ok()) return fail(roofs.error().message);
-    const cpu::MachinePeaks& peaks = roofs.value();
-
     const double kv_elem = kv_element_bytes(cfg.kv_dtype);
     const ModelShape shape = ModelShape::of(model.config(), model.weights(), kv_elem);
     const bool int8 = runs_int8_products(model);
     PhaseMeasure pre{"prefill", st->n_prompt, st->prefill_s, prefill_cost(shape, st->n_prompt), int8};
     PhaseMeasure dec{"decode", st->n_decode_steps, st->decode_s, decode_cost(shape, st->n_decode_steps, st->n_prompt), int8};
+    auto roofs = measure_roofs(model, shape.matmul_bytes);
+    if (!roofs.ok()) return fail(roofs.error().message);
+    cpu::MachinePeaks peaks = roofs.value();
+    if (st->n_decode_steps > 0) peaks.raise_read_roof(dec.bytes_per_s());
     if (st->n_verify_steps > 0) {
       // The target's passes of the run: plain decode steps, and verify passes of 1 + k tokens
       // (k: the mean draft) each keeping the accepted drafts and one token of its own. The

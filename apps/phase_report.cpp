@@ -52,15 +52,20 @@ std::string machine_line(const cpu::MachinePeaks& m) {
   if (m.int8_ops_per_s == 0)  // a GPU: its tensor-core GEMM and HBM read probes
     return fmt::format("machine ({}): {:.1f} TFLOP/s tensor cores (cuBLAS F16 probe), {:.1f} GB/s read; ridge {:.1f} FLOP/byte",
                        m.label, m.flops_per_s / 1e12, m.read_bytes_per_s / 1e9, m.ridge(false));
+  const std::string raised =
+      m.raised_from > 0 ? fmt::format(", raised from the probes' {:.1f}: decode read faster than they did", m.raised_from / 1e9)
+                        : "";
   return fmt::format(
       "machine ({}): {:.1f} GFLOP/s f32 FMA, {:.1f} Gop/s int8 dot, {:.1f} GB/s read (best of the probes "
-      "over {} MiB; median {:.1f}, least {:.1f}); ridge {:.1f} FLOP/byte (f32), {:.1f} (int8)",
+      "over {} MiB, decode's working set; median {:.1f}, least {:.1f}{}); ridge {:.1f} FLOP/byte (f32), {:.1f} (int8)",
       m.label, m.flops_per_s / 1e9, m.int8_ops_per_s / 1e9, m.read_bytes_per_s / 1e9, m.probe_bytes >> 20,
-      m.read_median / 1e9, m.read_min / 1e9, m.ridge(false), m.ridge(true));
+      m.read_median / 1e9, m.read_min / 1e9, raised, m.ridge(false), m.ridge(true));
 }
 
-Result<cpu::MachinePeaks> measure_roofs(const Model& m) {
-  if (const auto* be = dynamic_cast<const CpuBackend*>(&m.backend())) return cpu::measure_machine(be->isa(), be->threads());
+Result<cpu::MachinePeaks> measure_roofs(const Model& m, double working_set_bytes) {
+  if (const auto* be = dynamic_cast<const CpuBackend*>(&m.backend()))
+    return cpu::measure_machine(be->isa(), be->threads(),
+                                working_set_bytes > 0 ? cpu::probe_bytes_for(working_set_bytes) : size_t(512) << 20);
   auto gpu = probe_gpu();
   if (!gpu.ok()) return gpu.error();
   auto r = measure_gpu_roofs();
@@ -97,6 +102,7 @@ nlohmann::ordered_json machine_json(const cpu::MachinePeaks& m) {
           {"read_gb_s", m.read_bytes_per_s / 1e9},
           {"read_gb_s_median", m.read_median / 1e9},
           {"read_gb_s_least", m.read_min / 1e9},
+          {"read_roof_raised_from_gb_s", m.raised_from / 1e9},
           {"ridge_flop_per_byte", m.ridge(false)},
           {"ridge_int8_op_per_byte", m.ridge(true)}};
 }

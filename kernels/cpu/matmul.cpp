@@ -1,7 +1,6 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <omp.h>
 #include <vector>
 
@@ -184,8 +183,7 @@ void matmul_group(std::span<const Projection> group, const float* X, int64_t n_t
   // matrices go out in runs of 1/32 of a share. Passes of a few tokens (speculative verify
   // passes, small serving steps) stream the weights as decode does, every tile's rows against
   // all their tokens at once.
-  static int parts = getenv("TS_PARTS") ? atoi(getenv("TS_PARTS")) : 2;
-  Split split{1, parts};
+  Split split{1, 2};
   if (n_tokens <= kStreamTokens && n_tiles >= kDynamicMinTiles) split = Split{p.decode_chunk, 0};
   const bool all = n_tokens <= kStreamTokens;
   parallel_for(n_tiles, split, [&](int64_t b, int64_t e, int) {

@@ -1,7 +1,10 @@
 #include "kernels/cpu/work_team.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
-#include <cstdlib>
+#include <cstdio>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -33,10 +36,10 @@ bool spin_until(Done done, int spin_us) {
 // Members keep spinning this long after an op: decode issues its next op within a few
 // microseconds (element-wise work on the caller), so they are there for it; longer gaps
 // (sampling, the scheduler between serving steps) put them to sleep and free the core.
-static int kMemberSpinUs = getenv("TS_MSPIN") ? atoi(getenv("TS_MSPIN")) : 50;
+constexpr int kMemberSpinUs = 50;
 // The caller spins this long for members to finish their last chunks, then sleeps, so that a
 // preempted member that shares its core gets the core back.
-static int kCallerSpinUs = getenv("TS_CSPIN") ? atoi(getenv("TS_CSPIN")) : 20;
+constexpr int kCallerSpinUs = 20;
 
 }  // namespace
 
@@ -110,8 +113,34 @@ void WorkTeam::run_chunks(int slot) {
   }
 }
 
+// Seconds the calling thread has spent runnable but waiting for a core (the kernel's
+// schedstat), or -1 where the kernel does not say.
+double runqueue_wait_s() {
+  const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  unsigned long long run = 0, wait = 0;
+  if (sscanf(buf, "%llu %llu", &run, &wait) != 2) return -1;
+  return (double)wait * 1e-9;
+}
+
 void WorkTeam::member_loop(int slot) {
   uint32_t seen = 0;
+  // A member that waits for a core for much of its time shares the core with another busy
+  // program. There it makes the pass slower than the other threads would be without it: its
+  // spinning takes time the caller (the pass's critical path) needs, and the items it holds
+  // wait while it is off the core. So it sits out (sleeps) for kBenchMs, then tries again; the
+  // others share its items meanwhile. On two cores beside one busy process, -t 2 then runs as
+  // -t 1 does. A background job at low priority takes too little of the core to count.
+  constexpr int kCheckMs = 50, kBenchMs = 1000;
+  constexpr double kContendedShare = 0.10;  // of the wall time spent waiting for a core
+  double last_wait = runqueue_wait_s();
+  bool waited_before = false;
+  auto last_check = std::chrono::steady_clock::now();
   for (;;) {
     auto fresh = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
     if (!spin_until(fresh, kMemberSpinUs)) {
@@ -123,6 +152,24 @@ void WorkTeam::member_loop(int slot) {
     if (stop_.load(std::memory_order_acquire)) return;
     seen = epoch_.load(std::memory_order_acquire);
     run_chunks(slot);
+    const auto now = std::chrono::steady_clock::now();
+    if (last_wait < 0 || now - last_check < std::chrono::milliseconds(kCheckMs)) continue;
+    const double wait = runqueue_wait_s();
+    const bool waited = wait - last_wait > kContendedShare * std::chrono::duration<double>(now - last_check).count();
+    // Two windows in a row: one alone can be a burst (an OpenMP region's threads spinning
+    // for a few milliseconds after it ends, a daemon waking up).
+    const bool contended = waited && waited_before;
+    waited_before = waited;
+    if (contended) {
+      waited_before = false;
+      benched_.fetch_add(1, std::memory_order_relaxed);
+      for (int ms = 0; ms < kBenchMs && !stop_.load(std::memory_order_acquire); ms += 10)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (stop_.load(std::memory_order_acquire)) return;
+      seen = epoch_.load(std::memory_order_acquire);
+    }
+    last_wait = runqueue_wait_s();
+    last_check = std::chrono::steady_clock::now();
   }
 }
 

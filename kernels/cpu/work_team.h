@@ -6,7 +6,8 @@
 // item is done, not when every member has turned up: a member the OS has preempted costs the
 // chunk it holds (a share), never the op, and one that wakes late finds the op claimed and goes
 // back to waiting. Members spin briefly between ops (decode issues one every few microseconds),
-// then block on a futex, so an idle team leaves the cores to other programs.
+// then block on a futex, so an idle team leaves the cores to other programs; a member whose
+// core another busy program shares sits out for a second at a time (see member_loop).
 //
 // OpenMP's team, by contrast, meets at a barrier after every op: with one core busy elsewhere,
 // every barrier waited for a descheduled member and decode fell 180x (issue 35).
@@ -54,12 +55,14 @@ class WorkTeam {
 
   // Ops started since the team was made (all of them, the inline ones excepted).
   uint64_t ops() const { return op_; }
+  // Times a member sat out a stretch because its core was busy with another program.
+  int benched() const { return benched_.load(std::memory_order_relaxed); }
 
  private:
   using Call = void (*)(void*, int64_t, int64_t, int);
   void run_op(int64_t n, Split split, void* fn, Call call);
   void member_loop(int slot);
-  // Claims and runs chunks of the open op until it has none left; returns items run.
+  // Claims and runs chunks of the open op until it has none left.
   void run_chunks(int slot);
 
   // claim_: (op << 32) | next item; kClosed while the caller writes an op's fields, so that a
@@ -78,6 +81,7 @@ class WorkTeam {
   std::atomic<bool> caller_waiting_{false};
   std::atomic<bool> stop_{false};
   uint32_t op_ = 0;
+  std::atomic<int> benched_{0};  // times a member sat out a contended stretch
   bool in_item_ = false;  // the caller is inside one of its own items
   std::vector<std::thread> members_;
 };
