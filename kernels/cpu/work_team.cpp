@@ -139,7 +139,7 @@ void WorkTeam::member_loop(int slot) {
   constexpr int kCheckMs = 50, kBenchMs = 1000;
   constexpr double kContendedShare = 0.10;  // of the wall time spent waiting for a core
   double last_wait = runqueue_wait_s();
-  bool waited_before = false;
+  int waited_windows = 0;
   auto last_check = std::chrono::steady_clock::now();
   for (;;) {
     auto fresh = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
@@ -156,12 +156,11 @@ void WorkTeam::member_loop(int slot) {
     if (last_wait < 0 || now - last_check < std::chrono::milliseconds(kCheckMs)) continue;
     const double wait = runqueue_wait_s();
     const bool waited = wait - last_wait > kContendedShare * std::chrono::duration<double>(now - last_check).count();
-    // Two windows in a row: one alone can be a burst (an OpenMP region's threads spinning
-    // for a few milliseconds after it ends, a daemon waking up).
-    const bool contended = waited && waited_before;
-    waited_before = waited;
-    if (contended) {
-      waited_before = false;
+    // Three windows in a row: fewer can be a burst (an OpenMP region's threads spinning for
+    // tens of milliseconds after it ends, as the bench's read probes leave them; a daemon).
+    waited_windows = waited ? waited_windows + 1 : 0;
+    if (waited_windows >= 3) {
+      waited_windows = 0;
       benched_.fetch_add(1, std::memory_order_relaxed);
       for (int ms = 0; ms < kBenchMs && !stop_.load(std::memory_order_acquire); ms += 10)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
