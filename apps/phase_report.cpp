@@ -64,8 +64,7 @@ std::string machine_line(const cpu::MachinePeaks& m) {
 
 Result<cpu::MachinePeaks> measure_roofs(const Model& m, double working_set_bytes) {
   if (const auto* be = dynamic_cast<const CpuBackend*>(&m.backend()))
-    return cpu::measure_machine(be->isa(), be->threads(),
-                                working_set_bytes > 0 ? cpu::probe_bytes_for(working_set_bytes) : size_t(512) << 20);
+    return cpu::measure_machine(be->isa(), be->threads(), cpu::probe_bytes_for(working_set_bytes));
   auto gpu = probe_gpu();
   if (!gpu.ok()) return gpu.error();
   auto r = measure_gpu_roofs();

@@ -39,8 +39,8 @@ std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::Mach
 std::string machine_line(const cpu::MachinePeaks& m);
 // The roofs of the machine the model runs on: the CPU's probes, or the GPU's (HBM read,
 // tensor-core GEMM) when its backend is the GPU.
-// working_set_bytes: what decode reads per token, the read probe's size (0: 512 MiB).
-Result<cpu::MachinePeaks> measure_roofs(const Model& m, double working_set_bytes = 0);
+// working_set_bytes: what decode reads per token, the read probe's size.
+Result<cpu::MachinePeaks> measure_roofs(const Model& m, double working_set_bytes);
 // True when the model's products run 8-bit dot products: 8-bit activations, and most of its
 // weight bytes of a type with such a kernel.
 bool runs_int8_products(const Model& m);

@@ -159,8 +159,6 @@ void CpuBackend::embed_shard(const Weight& table, int64_t first_row, const Forwa
   });
 }
 
-void CpuBackend::all_reduce(const Tensor& t, Collectives& c) { Backend::all_reduce(t, c); }
-
 void CpuBackend::matmul(std::span<const Product> group, const Tensor& in) {
   // Decode calls this ~150 times a token: no heap allocation here.
   constexpr size_t kMaxGroup = 8;

@@ -68,7 +68,6 @@ class CpuBackend final : public Backend {
   bool runs_tensor_parallel() const override { return true; }
   void embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
                    float scale) override;
-  void all_reduce(const Tensor& t, Collectives& c) override;
 
  private:
   // Runs f(row) for rows [0, n): on the calling thread for a few rows (too little work to

@@ -112,10 +112,9 @@ struct GroupPlan {
   int64_t decode_chunk = 1;
 };
 
-// quantize_all: quantize every token here; otherwise only a single token, and the team splits
-// a batch.
+// A single token is quantized here; the team splits a batch's.
 GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k,
-                     int threads, bool quantize_all) {
+                     int threads) {
   thread_local std::vector<Tile> tile_store;
   thread_local std::vector<BlockQ8Act> xq_store;
   GroupPlan p{tile_store, xq_store};
@@ -132,7 +131,7 @@ GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t 
     for (int64_t r0 = 0; r0 < w.rows; r0 += p.tile_rows) p.tiles.push_back({(int)g, r0, std::min(p.tile_rows, w.rows - r0)});
   }
   p.xq.resize(p.any_q8 ? (size_t)(n_tokens * nb) : 0);
-  if (p.any_q8 && (n_tokens == 1 || quantize_all)) {  // one token is too small to split
+  if (p.any_q8 && n_tokens == 1) {  // one token is too small to split
     for (int64_t t = 0; t < n_tokens; t++) k.quantize_act(X + t * cols, p.xq.data() + t * nb, cols);
     p.quantized = true;
   }
@@ -145,7 +144,7 @@ GroupPlan plan_group(std::span<const Projection> group, const float* X, int64_t 
 void matmul_group(std::span<const Projection> group, const float* X, int64_t n_tokens, const CpuKernels& k) {
   WorkTeam* team = current_team();
   const int threads = team ? team->size() : omp_get_max_threads();
-  const GroupPlan p = plan_group(group, X, n_tokens, k, threads, false);
+  const GroupPlan p = plan_group(group, X, n_tokens, k, threads);
   const int64_t cols = group[0].w->cols, nb = cols / 32;
   const std::vector<Tile>& tiles = p.tiles;
   const BlockQ8Act* xq = p.xq.data();

@@ -15,6 +15,7 @@ namespace tandem::cpu {
 namespace {
 
 thread_local WorkTeam* t_team = nullptr;
+thread_local bool t_in_item = false;  // see WorkTeam::inside_item
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -44,6 +45,8 @@ constexpr int kCallerSpinUs = 20;
 }  // namespace
 
 WorkTeam* current_team() { return t_team; }
+
+bool WorkTeam::inside_item() { return t_in_item; }
 
 TeamScope::TeamScope(WorkTeam* team) : saved_(t_team) { t_team = team; }
 TeamScope::~TeamScope() { t_team = saved_; }
@@ -76,9 +79,7 @@ void WorkTeam::run_op(int64_t n, Split split, void* fn, Call call) {
   epoch_.store(op_, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) epoch_.notify_all();
 
-  in_item_ = true;
   run_chunks(0);
-  in_item_ = false;
   const uint32_t total = (uint32_t)n;
   auto finished = [&] { return done_.load(std::memory_order_acquire) == total; };
   if (spin_until(finished, kCallerSpinUs)) return;
@@ -107,7 +108,9 @@ void WorkTeam::run_chunks(int slot) {
     take = std::min(take, left);
     if (!claim_.compare_exchange_weak(c, c + (uint64_t)take, std::memory_order_acq_rel, std::memory_order_relaxed))
       continue;
+    t_in_item = true;
     call(fn, next, next + take, slot);
+    t_in_item = false;
     const uint32_t now = done_.fetch_add((uint32_t)take, std::memory_order_seq_cst) + (uint32_t)take;
     if (now == (uint32_t)n && caller_waiting_.load(std::memory_order_seq_cst)) done_.notify_one();
   }

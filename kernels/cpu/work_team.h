@@ -41,11 +41,11 @@ class WorkTeam {
 
   // f(begin, end, slot) over [0, n) in chunks; slot in [0, size()) names the running thread
   // (0: the caller). Returns once every item has run, each exactly once. A call from inside an
-  // item (or from a member) runs the items inline.
+  // item (on any thread of the team) runs the items inline.
   template <typename F>
   void run(int64_t n, Split split, F&& f) {
     if (n <= 0) return;
-    if (members_.empty() || n == 1 || in_item_) {
+    if (members_.empty() || n == 1 || inside_item()) {
       f(int64_t{0}, n, 0);
       return;
     }
@@ -60,6 +60,7 @@ class WorkTeam {
 
  private:
   using Call = void (*)(void*, int64_t, int64_t, int);
+  static bool inside_item();  // the calling thread is running an item (of any team)
   void run_op(int64_t n, Split split, void* fn, Call call);
   void member_loop(int slot);
   // Claims and runs chunks of the open op until it has none left.
@@ -82,7 +83,6 @@ class WorkTeam {
   std::atomic<bool> stop_{false};
   uint32_t op_ = 0;
   std::atomic<int> benched_{0};  // times a member sat out a contended stretch
-  bool in_item_ = false;  // the caller is inside one of its own items
   std::vector<std::thread> members_;
 };
 
