@@ -59,11 +59,16 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def build_peer():
-    binary = os.path.join(PEER_DIR, "build", "bin", "llama-bench")
-    stamp = os.path.join(PEER_DIR, "build", "tandem-cmake-options")
+def build_peer(server=False):
+    """Builds the peer's llama-bench (or, with server=True, llama-server in its own build folder,
+    so the bench build keeps its options) from the llama-cpp-python source package; returns the
+    folder holding the binary. Rebuilt when the CPU differs from the one it was built for."""
+    build = os.path.join(PEER_DIR, "build-server" if server else "build")
+    binary = os.path.join(build, "bin", "llama-server" if server else "llama-bench")
+    stamp = os.path.join(build, "tandem-cmake-options")
     options = peer_cmake()
-    # Rebuilt when the CPU differs from the one it was built for (the checkout can move).
+    if server:
+        options = [o.replace("-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_SERVER=ON") for o in options]
     if os.path.exists(binary) and os.path.exists(stamp) and open(stamp).read() == " ".join(options):
         return os.path.dirname(binary)
     os.makedirs(PEER_DIR, exist_ok=True)
@@ -73,9 +78,9 @@ def build_peer():
     src = os.path.join(tarball[:-len(".tar.gz")], "vendor", "llama.cpp")
     if not os.path.isdir(src):
         sh(["tar", "xzf", tarball, "-C", PEER_DIR])
-    build = os.path.join(PEER_DIR, "build")
     sh(["cmake", "-S", src, "-B", build] + options)
-    sh(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "llama-bench", "llama-quantize"])
+    targets = ["llama-server"] if server else ["llama-bench", "llama-quantize"]
+    sh(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets)
     with open(stamp, "w") as f:
         f.write(" ".join(options))
     return os.path.dirname(binary)

@@ -97,7 +97,12 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
   w->qdot4 = k.quant_dot4(w->type);
   if (!src.compute_supported || !w->dot)
     return make_error("tensor {} has type {}, which tandem cannot compute with yet", src.name, dtype_name(src.type));
-  if (products) w->pack_for(k);
+  if (products) {
+    // Packing shares its groups out on this backend's team, whose members sleep once it is
+    // done (an OpenMP team's would spin for tens of ms, into the first passes and probes).
+    cpu::TeamScope scope(&team());
+    w->pack_for(k);
+  }
   const bool reads_source = !w->is_packed();  // products read the packed copy only
   return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w), reads_source};
 }
@@ -109,6 +114,11 @@ Result<Tensor> CpuBackend::prepare_vector(const WeightSource& src) {
   return t;
 }
 
+cpu::WorkTeam& CpuBackend::team() {
+  if (!team_) team_ = std::make_unique<cpu::WorkTeam>(threads_);
+  return *team_;
+}
+
 template <typename F>
 void CpuBackend::few_rows(int64_t n, F f) {
   for (int64_t t = 0; t < n; t++) f(t);
@@ -118,11 +128,10 @@ void CpuBackend::run_pass(int64_t, const std::function<void()>& body) {
   // The body runs on this thread; the ops it shares out (products, attention, element-wise
   // work on many rows) go to the team. OpenMP regions inside (none on the hot path) take this
   // backend's count too, then the caller's again.
-  if (!team_) team_ = std::make_unique<cpu::WorkTeam>(threads_);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads_);
   {
-    cpu::TeamScope scope(team_.get());
+    cpu::TeamScope scope(&team());
     body();
   }
   omp_set_num_threads(saved);

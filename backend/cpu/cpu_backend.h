@@ -78,12 +78,14 @@ class CpuBackend final : public Backend {
   // store): on the calling thread.
   template <typename F>
   void few_rows(int64_t n, F f);
+  // The team the passes and load-time packing share work on (made when first needed).
+  cpu::WorkTeam& team();
 
   cpu::CpuKernels kernels_;
   cpu::CpuKernels exact_kernels_;  // f32 activations, for exact_products
   std::vector<std::string> exact_products_;
   int threads_ = 1;
-  std::unique_ptr<cpu::WorkTeam> team_;  // made by the first pass
+  std::unique_ptr<cpu::WorkTeam> team_;  // see team()
 };
 
 }  // namespace tandem

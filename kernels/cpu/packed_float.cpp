@@ -6,6 +6,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/packed_quant.h"
+#include "kernels/cpu/work_team.h"
 
 namespace tandem::cpu {
 
@@ -21,14 +22,16 @@ std::shared_ptr<uint8_t[]> pack_float_rows(DType t, const uint8_t* data, int64_t
   const size_t gbytes = packed_float_group_bytes(t, cols), total = (size_t)groups * gbytes;
   std::shared_ptr<uint8_t[]> out = allocate_packed(total);
   uint8_t* mem = out.get();
-#pragma omp parallel for schedule(static)  // loading a model is mostly this and pack_rows
-  for (int64_t g = 0; g < groups; g++) {
-    auto* group = reinterpret_cast<uint16_t*>(mem + g * gbytes);
-    for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
-      const auto* row = reinterpret_cast<const uint16_t*>(data + (size_t)(g * kPackRows + r) * row_bytes);
-      for (int64_t k = 0; k < cols; k++) group[k * kPackRows + r] = row[k];
+  // Loading a model is mostly this and pack_rows: on the backend's team in its scope.
+  parallel_for(groups, Split{16, 0}, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; g++) {
+      auto* group = reinterpret_cast<uint16_t*>(mem + g * gbytes);
+      for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
+        const auto* row = reinterpret_cast<const uint16_t*>(data + (size_t)(g * kPackRows + r) * row_bytes);
+        for (int64_t k = 0; k < cols; k++) group[k * kPackRows + r] = row[k];
+      }
     }
-  }
+  });
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/work_team.h"
 
 namespace tandem::cpu {
 
@@ -175,29 +176,32 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
   const size_t gbytes = packed_group_bytes(t, cols), total = (size_t)groups * gbytes;
   std::shared_ptr<uint8_t[]> out = allocate_packed(total);
   uint8_t* mem = out.get();
-#pragma omp parallel for schedule(static)  // a 1B model's Q6_K output alone is 8016 groups
-  for (int64_t g = 0; g < groups; g++) {
-    uint8_t* group = mem + g * gbytes;
-    switch (t) {
-      case DType::Q6_K:
-        for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
-          pack_q6_k_row(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
-        break;
-      case DType::Q4_K:
-        for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
-          pack_kquant_row<DType::Q4_K>(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
-        break;
-      case DType::Q5_K:
-        for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
-          pack_kquant_row<DType::Q5_K>(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
-        break;
-      case DType::Q4_0: pack_quant_group<DType::Q4_0>(data, g, rows, nb, row_bytes, group); break;
-      case DType::Q4_1: pack_quant_group<DType::Q4_1>(data, g, rows, nb, row_bytes, group); break;
-      case DType::Q5_0: pack_quant_group<DType::Q5_0>(data, g, rows, nb, row_bytes, group); break;
-      case DType::Q5_1: pack_quant_group<DType::Q5_1>(data, g, rows, nb, row_bytes, group); break;
-      default: pack_quant_group<DType::Q8_0>(data, g, rows, nb, row_bytes, group); break;
+  // On the backend's team when packing runs in its scope: a 1B model's Q6_K output alone is
+  // 8016 groups.
+  parallel_for(groups, Split{16, 0}, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; g++) {
+      uint8_t* group = mem + g * gbytes;
+      switch (t) {
+        case DType::Q6_K:
+          for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
+            pack_q6_k_row(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
+          break;
+        case DType::Q4_K:
+          for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
+            pack_kquant_row<DType::Q4_K>(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
+          break;
+        case DType::Q5_K:
+          for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++)
+            pack_kquant_row<DType::Q5_K>(data + (size_t)(g * kPackRows + r) * row_bytes, cols, r, group);
+          break;
+        case DType::Q4_0: pack_quant_group<DType::Q4_0>(data, g, rows, nb, row_bytes, group); break;
+        case DType::Q4_1: pack_quant_group<DType::Q4_1>(data, g, rows, nb, row_bytes, group); break;
+        case DType::Q5_0: pack_quant_group<DType::Q5_0>(data, g, rows, nb, row_bytes, group); break;
+        case DType::Q5_1: pack_quant_group<DType::Q5_1>(data, g, rows, nb, row_bytes, group); break;
+        default: pack_quant_group<DType::Q8_0>(data, g, rows, nb, row_bytes, group); break;
+      }
     }
-  }
+  });
   return out;
 }
 

@@ -1,14 +1,46 @@
 #include "kernels/cpu/probe.h"
 
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/timer.h"
 
 namespace tandem::cpu {
+
+namespace {
+
+// Runs f(id) for id in [0, threads) on as many threads, started together: the caller is id 0,
+// the others are made for the call and end with it, so none goes on spinning into what runs
+// next (an OpenMP team's threads spin for tens of milliseconds after a region, which took ~5%
+// from the decode repetitions the read probes run beside). Returns the seconds from the
+// common start to the last thread's end.
+template <typename F>
+double on_threads(int threads, F f) {
+  std::atomic<int> ready{0}, done{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> others;
+  for (int id = 1; id < threads; id++)
+    others.emplace_back([&, id] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      f(id);
+      done.fetch_add(1);
+    });
+  while (ready.load() < threads - 1) std::this_thread::yield();
+  Timer t;
+  go.store(true, std::memory_order_release);
+  f(0);
+  done.fetch_add(1);
+  while (done.load() < threads) std::this_thread::yield();
+  const double s = t.seconds();
+  for (std::thread& th : others) th.join();
+  return s;
+}
+
+}  // namespace
 
 namespace detail {
 
@@ -48,20 +80,20 @@ float read_pass_scalar(const float* p, size_t n) {
 
 ReadProbe::ReadProbe(int threads, size_t bytes)
     : threads_(std::max(1, threads)), n_(bytes / sizeof(float)), buf_(new float[n_]) {
-  // Each thread touches its own part first, so pages sit near the thread that reads them.
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < (int64_t)n_; i++) buf_[i] = (float)(i & 7);
+  // Each thread touches its own part first (the same part pass() gives it), so pages sit
+  // near the thread that reads them.
+  const size_t chunk = (n_ + threads_ - 1) / threads_;
+  on_threads(threads_, [&](int id) {
+    for (size_t i = std::min(n_, chunk * id), hi = std::min(n_, i + chunk); i < hi; i++) buf_[i] = (float)(i & 7);
+  });
 }
 
 double ReadProbe::pass() {
   const bool avx2 = has_avx2(best_isa());
   auto read = avx2 ? detail::read_pass_avx2 : detail::read_pass_scalar;
   std::vector<float> part(threads_, 0.0f);
-  Timer t;
-#pragma omp parallel num_threads(threads_)
-  {
-    const int id = omp_get_thread_num(), nt = omp_get_num_threads();
-    const size_t chunk = (n_ + nt - 1) / nt, lo = std::min(n_, chunk * id), hi = std::min(n_, lo + chunk);
+  const double s = on_threads(threads_, [&](int id) {
+    const size_t chunk = (n_ + threads_ - 1) / threads_, lo = std::min(n_, chunk * id), hi = std::min(n_, lo + chunk);
     // kStreams interleaved streams over the thread's range, kStep floats of each at a time.
     constexpr size_t kStreams = 4, kStep = 1024;
     const size_t len = hi - lo, per = len / kStreams;
@@ -70,8 +102,7 @@ double ReadProbe::pass() {
       for (size_t s = 0; s < kStreams; s++) sum += read(buf_.get() + lo + s * per + off, std::min(kStep, per - off));
     if (per * kStreams < len) sum += read(buf_.get() + lo + per * kStreams, len - per * kStreams);
     part[id] = sum;
-  }
-  const double s = t.seconds();
+  });
   volatile float sink = 0;
   for (float x : part) sink = sink + x;
   return s > 0 ? (double)bytes() / s : 0;
@@ -132,13 +163,7 @@ double peak_rate(double (*loop)(long, float*), int threads, double seconds) {
   for (int rep = 0; rep < 3; rep++) {
     std::vector<double> flops(threads, 0.0);
     std::vector<float> sinks(threads, 0.0f);
-    Timer t;
-#pragma omp parallel num_threads(threads)
-    {
-      const int id = omp_get_thread_num();
-      flops[id] = loop(iters, &sinks[id]);
-    }
-    const double s = t.seconds();
+    const double s = on_threads(threads, [&](int id) { flops[id] = loop(iters, &sinks[id]); });
     double total = 0;
     for (double f : flops) total += f;
     if (s > 0) best = std::max(best, total / s);

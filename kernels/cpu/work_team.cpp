@@ -90,10 +90,15 @@ void WorkTeam::run_op(int64_t n, Split split, void* fn, Call call) {
 
 void WorkTeam::run_chunks(int slot) {
   const int team = size();
+  // Items this thread ran, added to done_ once, when the op has none left to claim: done_ is
+  // the line the caller polls, and an add per chunk would move it between the cores for every
+  // claim (decode's ops are a few microseconds; each transfer is ~0.1-0.2 us).
+  uint32_t ran = 0;
+  int64_t n_seen = 0;
   for (;;) {
     uint64_t c = claim_.load(std::memory_order_acquire);
     const uint32_t next = (uint32_t)c;
-    if (next == kClosed) return;
+    if (next == kClosed) break;
     // Seqlock read of the op's fields: valid only if the claim word is unchanged at the CAS.
     const int64_t n = n_.load(std::memory_order_relaxed);
     const int64_t min_chunk = min_chunk_.load(std::memory_order_relaxed);
@@ -101,7 +106,7 @@ void WorkTeam::run_chunks(int slot) {
     void* fn = fn_.load(std::memory_order_relaxed);
     const Call call = call_.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if ((int64_t)next >= n) return;
+    if ((int64_t)next >= n) break;
     const int64_t left = n - next;
     int64_t take = min_chunk;
     if (parts > 0) take = std::max(take, left / ((int64_t)parts * team));
@@ -111,9 +116,12 @@ void WorkTeam::run_chunks(int slot) {
     t_in_item = true;
     call(fn, next, next + take, slot);
     t_in_item = false;
-    const uint32_t now = done_.fetch_add((uint32_t)take, std::memory_order_seq_cst) + (uint32_t)take;
-    if (now == (uint32_t)n && caller_waiting_.load(std::memory_order_seq_cst)) done_.notify_one();
+    ran += (uint32_t)take;
+    n_seen = n;  // the claim succeeded, so n was this op's
   }
+  if (ran == 0) return;
+  const uint32_t now = done_.fetch_add(ran, std::memory_order_seq_cst) + ran;
+  if (now == (uint32_t)n_seen && caller_waiting_.load(std::memory_order_seq_cst)) done_.notify_one();
 }
 
 // Seconds the calling thread has spent runnable but waiting for a core (the kernel's
@@ -139,11 +147,15 @@ void WorkTeam::member_loop(int slot) {
   // wait while it is off the core. So it sits out (sleeps) for kBenchMs, then tries again; the
   // others share its items meanwhile. On two cores beside one busy process, -t 2 then runs as
   // -t 1 does. A background job at low priority takes too little of the core to count.
-  constexpr int kCheckMs = 50, kBenchMs = 1000;
+  // Sitting out starts at kBenchMs and doubles (up to kMaxBenchMs) each time the member finds
+  // its core contended again right after coming back, so a long-running busy neighbour costs
+  // the detection windows ever more rarely; a quiet return resets it.
+  constexpr int kCheckMs = 20, kBenchMs = 1000, kMaxBenchMs = 8000;
   constexpr double kContendedShare = 0.10;  // of the wall time spent waiting for a core
   double last_wait = runqueue_wait_s();
-  int waited_windows = 0;
+  int waited_windows = 0, bench_ms = kBenchMs;
   auto last_check = std::chrono::steady_clock::now();
+  auto back_at = last_check - std::chrono::hours(1);  // when the member last came back from sitting out
   for (;;) {
     auto fresh = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
     if (!spin_until(fresh, kMemberSpinUs)) {
@@ -159,16 +171,22 @@ void WorkTeam::member_loop(int slot) {
     if (last_wait < 0 || now - last_check < std::chrono::milliseconds(kCheckMs)) continue;
     const double wait = runqueue_wait_s();
     const bool waited = wait - last_wait > kContendedShare * std::chrono::duration<double>(now - last_check).count();
-    // Three windows in a row: fewer can be a burst (an OpenMP region's threads spinning for
-    // tens of milliseconds after it ends, as the bench's read probes leave them; a daemon).
+    // Three windows in a row: fewer can be a burst (a daemon waking, the bench's probe threads
+    // starting). Right after sitting out, one window decides: the neighbour that was busy
+    // then most likely still is, and every contended window costs the pass.
     waited_windows = waited ? waited_windows + 1 : 0;
-    if (waited_windows >= 3) {
+    const bool just_back = now - back_at < std::chrono::milliseconds(5 * kCheckMs);
+    if (waited_windows >= 3 || (waited && just_back)) {
       waited_windows = 0;
+      const bool again = now - back_at < std::chrono::milliseconds(2 * bench_ms);
+      bench_ms = again ? std::min(kMaxBenchMs, bench_ms * 2) : kBenchMs;
       benched_.fetch_add(1, std::memory_order_relaxed);
-      for (int ms = 0; ms < kBenchMs && !stop_.load(std::memory_order_acquire); ms += 10)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      // In steps, so that the team's destructor waits at most one step for it.
+      for (int ms = 0; ms < bench_ms && !stop_.load(std::memory_order_acquire); ms += 50)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (stop_.load(std::memory_order_acquire)) return;
       seen = epoch_.load(std::memory_order_acquire);
+      back_at = std::chrono::steady_clock::now();
     }
     last_wait = runqueue_wait_s();
     last_check = std::chrono::steady_clock::now();
