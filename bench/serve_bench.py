@@ -4,7 +4,7 @@ streams, the TTFT drop the prefix cache gives a repeated system prompt, and (wit
 the same client against llama.cpp's llama-server with parallel slots. Not a test.
 
     python3 bench/serve_bench.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
-        [--peer-server PATH/llama-server] [--tokens 64] [--write]
+        [--peer-server PATH/llama-server | build] [--tokens 64] [--rounds 3] [--write]
         [--device cuda --streams 16,64 --kv-memory 8GiB]   (scripts/gpu_check.sh's serving stage)
 A request the server answers with an error, or with no tokens, stops the run (exit 1): a failed
 backend never reads as a throughput.
@@ -111,36 +111,54 @@ def main():
     ap.add_argument("--kv-memory", default="1GiB")
     ap.add_argument("--port", type=int, default=18931)
     ap.add_argument("--no-prefix", action="store_true", help="skip the prefix-cache TTFT probe (needs a chat template)")
+    ap.add_argument("--tandem-flags", default="", help="more `tandem serve` options, e.g. \"--exact-products none\"")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds (tandem, then llama-server, at each stream count); medians are reported")
     a = ap.parse_args()
-    rows, peer_rows, ttfts = [], [], None
-    port = a.port
+    if a.peer_server == "build":  # llama-server from the llama-cpp-python source package, as compare.py builds llama-bench
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import compare
+        a.peer_server = os.path.join(compare.build_peer(server=True), "llama-server")
+    streams = [int(s) for s in a.streams.split(",")]
+    peer_streams = [n for n in streams if n <= 16]  # llama-server runs 16 slots (-np 16)
+    ttfts = None
+    port, pport = a.port, a.port + 1
+    servers = []
+    # Both servers stay up for the whole run and take turns, so the host's drift (this shared
+    # machine's speed moves by 20-30% between minutes) falls on both alike; an idle server
+    # sleeps, and the client is one Python process using a few % of a core.
     cmd = [a.tandem, "serve", "-m", a.model, "--port", str(port), "-t", str(a.threads), "--kv-memory", a.kv_memory]
-    proc = subprocess.Popen(cmd + (["--device", a.device] if a.device else []), stderr=subprocess.DEVNULL)
+    cmd += a.tandem_flags.split()
     try:
-        wait_port(port, proc)
-        throughput(port, 2, 8)  # warm-up
+        servers.append(("tandem", port, subprocess.Popen(cmd + (["--device", a.device] if a.device else []),
+                                                         stderr=subprocess.DEVNULL)))
+        if a.peer_server:
+            env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(a.peer_server))
+            servers.append(("llama.cpp", pport, subprocess.Popen(
+                [a.peer_server, "-m", a.model, "--port", str(pport), "-t", str(a.threads), "-np", "16", "-c", str(16 * 512),
+                 "--log-disable"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)))
+        for _, p, proc in servers:
+            wait_port(p, proc)
+            throughput(p, 2, 8)  # warm-up
         ttfts = None if a.no_prefix else prefix_ttft(port)
-        for n in [int(s) for s in a.streams.split(",")]:
-            rows.append((n,) + throughput(port, n, a.tokens))
-            print(f"tandem    {n:>3} streams: {rows[-1][1]:7.1f} tok/s, mean TTFT {rows[-1][2] * 1e3:7.1f} ms", file=sys.stderr)
+        runs = {}  # (server, streams) -> [(tok/s, mean TTFT)]
+        for r in range(a.rounds):
+            for n in streams:
+                for name, p, _ in servers:
+                    if name != "tandem" and n not in peer_streams:
+                        continue
+                    tps, ttft, _ = throughput(p, n, a.tokens)
+                    runs.setdefault((name, n), []).append((tps, ttft))
+                    print(f"round {r + 1} {name:<9} {n:>3} streams: {tps:7.1f} tok/s, mean TTFT {ttft * 1e3:7.1f} ms",
+                          file=sys.stderr)
     finally:
-        proc.terminate()
-        proc.wait()
-    if a.peer_server:
-        env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(a.peer_server))
-        pport = 18932
-        peer = subprocess.Popen([a.peer_server, "-m", a.model, "--port", str(pport), "-t", str(a.threads), "-np", "16",
-                                 "-c", str(16 * 512), "--log-disable"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        try:
-            wait_port(pport, peer)
-            throughput(pport, 2, 8)
-            for n in (1, 4, 16):
-                peer_rows.append((n,) + throughput(pport, n, a.tokens))
-                print(f"llama.cpp {n:>3} streams: {peer_rows[-1][1]:7.1f} tok/s, mean TTFT {peer_rows[-1][2] * 1e3:7.1f} ms",
-                      file=sys.stderr)
-        finally:
-            peer.terminate()
-            peer.wait()
+        for _, _, proc in servers:
+            proc.terminate()
+            proc.wait()
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    rows = [(n, med([x[0] for x in runs[("tandem", n)]]), med([x[1] for x in runs[("tandem", n)]]), 0) for n in streams]
+    peer_rows = [(n, med([x[0] for x in runs[("llama.cpp", n)]]), med([x[1] for x in runs[("llama.cpp", n)]]))
+                 for n in peer_streams if ("llama.cpp", n) in runs]
     lines = ["| concurrent streams | tandem total tok/s | tandem mean TTFT ms | llama.cpp total tok/s | llama.cpp mean TTFT ms | ratio |",
              "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n, tps, ttft, _ in rows:
@@ -152,9 +170,10 @@ def main():
     print(table + "\n\n" + prefix)
     if a.write:
         section = (f"## {datetime.date.today()}: serving throughput, `bench/serve_bench.py`\n\n"
-                   f"`tandem serve` (continuous batching, paged KV, {a.threads} threads) vs `llama-server -np 16 -c 8192` "
+                   f"`tandem serve{(' ' + a.tandem_flags) if a.tandem_flags else ''}` (continuous batching, paged KV, {a.threads} threads) vs `llama-server -np 16 -c 8192` "
                    f"on {os.path.basename(a.model)}; each stream asks for {a.tokens} tokens (greedy), streamed over SSE by the "
-                   f"same Python client.\n\n{table}\n\n{prefix}\n\n")
+                   f"same Python client. Medians of {a.rounds} alternating rounds (both servers up, taking turns at each "
+                   f"stream count).\n\n{table}\n\n{prefix}\n\n")
         results_md.add_section(section)
     return 0
 

@@ -222,9 +222,9 @@ else
 fi
 serve() {  # serve MODEL: serve_bench.py's lines, then its figures as one line
   python3 bench/serve_bench.py --model "$1" --tandem "$TANDEM" --device "$DEVICE" --streams "$STREAMS" \
-    --tokens "$TOKENS" --kv-memory 8GiB --no-prefix 2>&1 | tee "$MODELS/serve.txt"
+    --tokens "$TOKENS" --kv-memory 8GiB --no-prefix --rounds 1 2>&1 | tee "$MODELS/serve.txt"
   local rc=${PIPESTATUS[0]}
-  echo "FIGURES $(grep -E '^tandem +[0-9]+ streams' "$MODELS/serve.txt" | sed -E 's/^tandem +//; s/, mean TTFT +/, TTFT /' |
+  echo "FIGURES $(grep -E '^round 1 tandem +[0-9]+ streams' "$MODELS/serve.txt" | sed -E 's/^round 1 tandem +//; s/, mean TTFT +/, TTFT /' |
     paste -sd';')"
   return "$rc"
 }

@@ -6,8 +6,15 @@
 namespace tandem::cpu {
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps) {
-  double ss = 0.0;  // double: a 4096-wide sum of squares loses digits in float
-  for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  // double: a 4096-wide sum of squares loses digits in float. Eight partial sums in a fixed
+  // order: one chain of dependent double adds took ~0.8 us a row at 576 wide (2% of a
+  // 16-stream serving step, 1% of decode); eight let the adds overlap.
+  double part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) part[k] += (double)x[i + k] * x[i + k];
+  for (; i < n; i++) part[0] += (double)x[i] * x[i];
+  const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   const float scale = 1.0f / std::sqrt((float)(ss / n) + eps);
   for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
@@ -21,13 +28,14 @@ void rope_angles(int64_t pos, const double* inv_freq, int rope_dim, float* cos_s
 }
 
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin) {
-  for (int i = 0; i < rope_dim / 2; i++) {
-    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-    for (int h = 0; h < n_heads; h++) {
-      float* v = x + h * head_dim + 2 * i;
-      const float a = v[0], b = v[1];
-      v[0] = a * c - b * s;
-      v[1] = a * s + b * c;
+  // Head by head, so the inner loop walks memory in order (the compiler vectorises it).
+  for (int h = 0; h < n_heads; h++) {
+    float* v = x + h * head_dim;
+    for (int i = 0; i < rope_dim / 2; i++) {
+      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * c - b * s;
+      v[2 * i + 1] = a * s + b * c;
     }
   }
 }
