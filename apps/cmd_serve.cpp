@@ -207,6 +207,13 @@ Command add_serve_command(CLI::App& app) {
     if (draft_pool)
       fmt::print(stderr, "tandem serve: draft model {} ; its KV pool {} bytes ({}) for as many positions, besides --kv-memory\n",
                  a->speculative.draft_model, draft_pool->bytes(), format_bytes((double)draft_pool->bytes()));
+    // The f32 head's cost grows with the rows a step samples (a compute-bound product, no
+    // longer a read of the weights): say so where a serving user would look.
+    if (a->load.exact_products == "auto" && model.backend().describe().find("f32 for output") != std::string::npos)
+      fmt::print(stderr,
+                 "tandem serve: the output head keeps f32 activations (--exact-products auto, for this small model's "
+                 "accuracy); with many streams it is about a third of each step: --exact-products none (8-bit, "
+                 "llama.cpp's numerics) serves more tokens/s\n");
     const KvLayerGroups& groups = pool.value()->groups();
     if (groups.n_groups() > 1)
       fmt::print(stderr,

@@ -150,8 +150,12 @@ void WorkTeam::member_loop(int slot) {
   // Sitting out starts at kBenchMs and doubles (up to kMaxBenchMs) each time the member finds
   // its core contended again right after coming back, so a long-running busy neighbour costs
   // the detection windows ever more rarely; a quiet return resets it.
-  constexpr int kCheckMs = 20, kBenchMs = 1000, kMaxBenchMs = 8000;
-  constexpr double kContendedShare = 0.10;  // of the wall time spent waiting for a core
+  constexpr int kCheckMs = 20, kBenchMs = 1000, kMaxBenchMs = 4000;
+  // Of the wall time spent waiting for a core. Beside one busy process a member waits 40-90%
+  // of each window; a server's own traffic (its I/O threads, a client on the same machine at
+  // 64 streams) makes it wait 0-10%, now and then 20-60% for one window. At 10% such bursts
+  // benched it, and serving lost half its speed for seconds at a time.
+  constexpr double kContendedShare = 0.30;
   double last_wait = runqueue_wait_s();
   int waited_windows = 0, bench_ms = kBenchMs;
   auto last_check = std::chrono::steady_clock::now();
