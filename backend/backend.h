@@ -98,6 +98,11 @@ struct AttentionParams {
 struct LogitsParams {
   float scale = 1;    // logits *= scale (Granite divides by its logit_scale)
   float softcap = 0;  // > 0: logits = softcap * tanh(logits / softcap)
+  // Every row is read only for its largest entry (greedy sampling without penalties or
+  // logprobs): a backend may give the other entries approximately, as long as each entry that
+  // could be the row's largest holds the exact product's float and every other entry is below
+  // it, so the argmax (ties included) is the exact head's. See kernels/cpu/bounded_head.h.
+  bool argmax_only = false;
 };
 
 // Where K and V of every layer live: n_blocks blocks of block_tokens positions; inside a block,

@@ -68,6 +68,10 @@ class ForwardBatch {
   // single request), the case a backend may run over a contiguous cache without a table.
   bool single_run() const;
 
+  // Every logit row is read only for its largest entry (LogitsParams::argmax_only); the
+  // scheduler sets it when each row's sequence samples greedily without penalties or logprobs.
+  bool argmax_logits = false;
+
  private:
   int block_tokens_;
   std::vector<int32_t> tokens_;

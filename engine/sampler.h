@@ -36,6 +36,11 @@ class Sampler {
   // A mask with no token set draws from the whole vocabulary (the caller ends such a sequence).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed = {});
 
+  // Greedy without a repetition penalty: the argmax of the logits as they are, without copying
+  // them into candidates (decode and every drafted position pay for a copy of the vocabulary);
+  // the scheduler then asks the backend for rows whose argmax alone is exact.
+  bool plain_greedy() const { return p_.temperature <= 0.0f && p_.repeat_penalty == 1.0f; }
+
   // Speculative verification of a drafted token (a point-mass proposal): accepted with the
   // probability p(draft) of this sampler's distribution (after penalty, top-k/p, min-p and
   // temperature); otherwise the token is drawn from that distribution with `draft` removed and
@@ -74,9 +79,6 @@ class Sampler {
   void softmax();
   // Leaves the final distribution in cand_ (greedy: the argmax alone, p = 1).
   void build_distribution(std::span<const float> logits, std::span<const int32_t> history, std::span<const uint64_t> allowed);
-  // Greedy without a repetition penalty: the argmax of the logits as they are, without copying
-  // them into candidates (decode and every drafted position pay for a copy of the vocabulary).
-  bool plain_greedy() const { return p_.temperature <= 0.0f && p_.repeat_penalty == 1.0f; }
   double uniform();  // [0, 1), from the raw 64-bit output: the same on every standard library
 
   SamplingParams p_;

@@ -209,6 +209,12 @@ Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, 
     TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.tables, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
     if (last) logit_rows.push_back({&s, 1});
   }
+  // Rows that only their argmax is read from let the backend skip most of an exact head's
+  // work (a serving step's many rows make it compute-bound); the tokens are the same.
+  batch.argmax_logits = !logit_rows.empty() && std::all_of(logit_rows.begin(), logit_rows.end(), [](const Planned& p) {
+    const Seq& s = *p.seq;
+    return s.sampler.plain_greedy() && !s.matcher && !s.params.want_logprobs && s.params.top_logprobs == 0;
+  });
   return model_.forward(pool_, batch);
 }
 

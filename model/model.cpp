@@ -146,7 +146,7 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
     }
     if (!logit_rows.empty())
       be.logits(x, logit_rows, weights_.output_norm, eps, weights_.output, xb_, logits,
-                LogitsParams{a.logit_scale, a.logit_softcap});
+                LogitsParams{a.logit_scale, a.logit_softcap, b.argmax_logits && !tp});
   });
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bounded_head.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -21,6 +22,8 @@ namespace {
 // Element-wise work on up to this many rows runs on the calling thread: sharing it costs more
 // than it saves (decode's RMSNorm, RoPE, residual adds are a few microseconds).
 constexpr int64_t kInlineRows = 3;
+// Argmax-only logit rows from this many on go through a bounded head (see logits()).
+constexpr int64_t kBoundedHeadMinRows = 4;
 
 float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
 const cpu::WeightMatrix& matrix(const Weight& w) { return *static_cast<const cpu::WeightMatrix*>(w.impl.get()); }
@@ -102,6 +105,9 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
     // done (an OpenMP team's would spin for tens of ms, into the first passes and probes).
     cpu::TeamScope scope(&team());
     w->pack_for(k);
+    // A head on f32 activations beside 8-bit ones elsewhere also gets its 8-bit twin, for
+    // steps whose rows only need their argmax (bounded_head.h).
+    if (exact && kernels_.quantized_activations) w->bounded = cpu::BoundedHead::make(*w, kernels_);
   }
   const bool reads_source = !w->is_packed();  // products read the packed copy only
   return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w), reads_source};
@@ -274,6 +280,15 @@ void CpuBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Te
   few_rows((int64_t)rows.size(),
            [&](int64_t r) { cpu::rmsnorm(f32(x) + rows[(size_t)r] * d, f32(norm), f32(scratch) + r * d, d, eps); });
   const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
+  const cpu::WeightMatrix& wm = matrix(w);
+  // Rows read only for their argmax, from an f32-activation head: the 8-bit twin and a bound
+  // give the same argmax for a quarter of the work. Decode's single row reads the weights at
+  // memory speed either way, so it keeps the plain head.
+  if (lp.argmax_only && wm.bounded && lp.scale == 1.0f && lp.softcap == 0.0f &&
+      (int64_t)rows.size() >= kBoundedHeadMinRows) {
+    cpu::bounded_head_logits(wm, *wm.bounded, f32(normed), (int64_t)rows.size(), f32(out), kernels_);
+    return;
+  }
   const Product p{&w, &out};
   matmul({&p, 1}, normed);
   if (lp.scale == 1.0f && lp.softcap == 0.0f) return;

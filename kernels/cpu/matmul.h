@@ -13,6 +13,8 @@
 namespace tandem::cpu {
 
 // A 2-D weight [rows, cols] in GGUF layout: each row is `cols` contiguous elements of `type`.
+struct BoundedHead;
+
 struct WeightMatrix {
   DType type = DType::F32;
   const uint8_t* data = nullptr;
@@ -32,6 +34,9 @@ struct WeightMatrix {
   // Float-activation rows against several tokens at once with dot's floats (dot.h); when set,
   // passes of 2+ tokens use it, so their products equal decode's bit for bit.
   RowDotTokensFn dot_tokens = nullptr;
+  // For a head on float activations: its rows packed for 8-bit ones and the bound that lets
+  // rows read only for their argmax use them (bounded_head.h); null otherwise.
+  std::shared_ptr<const BoundedHead> bounded;
   bool is_packed() const { return packed_gemm || packed_float_gemm; }
 
   // Repacks the rows when the kernels have a packed kernel for the type.

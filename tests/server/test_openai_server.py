@@ -231,6 +231,20 @@ def main():
                                    f"{total / dt:.0f} tok/s)")
         wait_idle(port)
         check(metric(port, "tandem_kv_blocks_used") == 0, "the KV pool returns to empty")
+
+        # Greedy rows without logprobs let the backend compute only their argmax exactly (the
+        # bounded head, kernels/cpu/bounded_head.h); asking for logprobs needs every logit. The
+        # 16 texts must be the same either way.
+        def greedy(i, logprobs):
+            extra = {"logprobs": 1} if logprobs else {}
+            r = client.completions.create(model="m", prompt=f"In the year {1900 + i}, the town of", max_tokens=32,
+                                          temperature=0, **extra)
+            return r.choices[0].text
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as ex:
+            argmax_only = list(ex.map(lambda i: greedy(i, False), range(16)))
+            every_logit = list(ex.map(lambda i: greedy(i, True), range(16)))
+        same = sum(a == b for a, b in zip(argmax_only, every_logit))
+        check(same == 16, f"16 batched greedy texts equal with and without logprobs ({same}/16)")
         _, text = raw(port, "GET", "/metrics")
         for name in ("tandem_time_to_first_token_seconds_bucket", "tandem_time_per_output_token_seconds_count",
                      "tandem_queue_length", "tandem_kv_blocks_free", "tandem_prefix_cache_hit_rate",
