@@ -212,8 +212,8 @@ Command add_serve_command(CLI::App& app) {
     if (a->load.exact_products == "auto" && model.backend().describe().find("f32 for output") != std::string::npos)
       fmt::print(stderr,
                  "tandem serve: the output head keeps f32 activations (--exact-products auto, for this small model's "
-                 "accuracy); with many streams it is about a third of each step: --exact-products none (8-bit, "
-                 "llama.cpp's numerics) serves more tokens/s\n");
+                 "accuracy); greedy requests without logprobs get its argmax from an 8-bit copy and a bound, others pay "
+                 "for f32 products on every row (with many streams, --exact-products none is faster)\n");
     const KvLayerGroups& groups = pool.value()->groups();
     if (groups.n_groups() > 1)
       fmt::print(stderr,
