@@ -46,8 +46,10 @@ std::shared_ptr<const BoundedHead> BoundedHead::make(const WeightMatrix& exact, 
 namespace {
 
 // Token t's bound factor: sum over blocks of h_b (1 + 1e-6) + 1e-5 m_b, times 1 + 1e-4 (see
-// the header); infinity when an activation is not finite (every row is then recomputed).
+// the header); infinity when an activation is not finite.
 float bound_factor(const float* x, int64_t cols, const CpuKernels& q8) {
+  for (int64_t i = 0; i < cols; i++)
+    if (!std::isfinite(x[i])) return std::numeric_limits<float>::infinity();
   thread_local std::vector<BlockQ8Act> xq;
   const int64_t nb = cols / kQK;
   xq.resize((size_t)nb);
@@ -57,7 +59,6 @@ float bound_factor(const float* x, int64_t cols, const CpuKernels& q8) {
     float h = 0, m = 0;
     for (int i = 0; i < kQK; i++) {
       const float v = x[b * kQK + i];
-      if (!std::isfinite(v)) return std::numeric_limits<float>::infinity();
       h = std::max(h, std::fabs(v - xq[(size_t)b].d * (float)xq[(size_t)b].qs[i]));
       m = std::max(m, std::fabs(v));
     }
@@ -71,18 +72,24 @@ float bound_factor(const float* x, int64_t cols, const CpuKernels& q8) {
 void bounded_head_logits(const WeightMatrix& exact, const BoundedHead& head, const float* X, int64_t n_tokens,
                          float* out, const CpuKernels& q8) {
   const int64_t rows = exact.rows, cols = exact.cols;
+  thread_local std::vector<float> factors;
+  factors.resize((size_t)n_tokens);
+  for (int64_t t = 0; t < n_tokens; t++) factors[(size_t)t] = bound_factor(X + t * cols, cols, q8);
+  // Activations that are not all finite have no bound (and no defined 8-bit form): the exact
+  // head, whose floats carry them as they are.
+  if (!std::all_of(factors.begin(), factors.end(), [](float g) { return std::isfinite(g); })) {
+    matmul(exact, X, n_tokens, out, q8);
+    return;
+  }
   matmul(head.int8, X, n_tokens, out, q8);  // every logit on 8-bit activations
   const float* M = head.block_abs.data();
+  const float* F = factors.data();  // the caller's (a thread_local named in the items would be each thread's own)
   parallel_for(n_tokens, Split{1, 0}, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; t++) {
       const float* x = X + t * cols;
       float* z = out + t * rows;
       // Row r's exact float lies within z[r] +- M[r] G (M[r] G bounds the sum over its blocks).
-      const float G = bound_factor(x, cols, q8);
-      if (!std::isfinite(G)) {  // no bound: the exact head for every row
-        for (int64_t r = 0; r < rows; r++) z[r] = exact.dot(exact.row(r), x, cols);
-        continue;
-      }
+      const float G = F[t];
       // The best lower end, and the largest 8-bit logit (its row is likely the argmax). Eight
       // lanes of partial maxima so the compiler vectorises the scan (49152 rows a token).
       constexpr int kLanes = 8;

@@ -41,6 +41,10 @@ constexpr int kMemberSpinUs = 50;
 // The caller spins this long for members to finish their last chunks, then sleeps, so that a
 // preempted member that shares its core gets the core back.
 constexpr int kCallerSpinUs = 20;
+// A wait this long for a member's items, twice within kLagWindowMs, asks it to sit out: the
+// caller sees a preempted member within a few of its time slices, faster than the member's own
+// runqueue windows (60 ms).
+constexpr int kLagMs = 2, kLagWindowMs = 100;
 
 }  // namespace
 
@@ -51,7 +55,7 @@ bool WorkTeam::inside_item() { return t_in_item; }
 TeamScope::TeamScope(WorkTeam* team) : saved_(t_team) { t_team = team; }
 TeamScope::~TeamScope() { t_team = saved_; }
 
-WorkTeam::WorkTeam(int threads) {
+WorkTeam::WorkTeam(int threads) : state_(new Member[(size_t)std::max(1, threads)]) {
   for (int slot = 1; slot < threads; slot++) members_.emplace_back([this, slot] { member_loop(slot); });
 }
 
@@ -79,13 +83,37 @@ void WorkTeam::run_op(int64_t n, Split split, void* fn, Call call) {
   epoch_.store(op_, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) epoch_.notify_all();
 
+  const auto start = std::chrono::steady_clock::now();
   run_chunks(0);
   const uint32_t total = (uint32_t)n;
   auto finished = [&] { return done_.load(std::memory_order_acquire) == total; };
   if (spin_until(finished, kCallerSpinUs)) return;
+  // The members still holding items now are the ones the caller waits for.
+  uint64_t late = 0;
+  for (int slot = 1; slot < size() && slot < 64; slot++)
+    if (state_[slot].holding.load(std::memory_order_relaxed)) late |= uint64_t{1} << slot;
+  const auto wait_from = std::chrono::steady_clock::now();
   caller_waiting_.store(true, std::memory_order_seq_cst);
   for (uint32_t d; (d = done_.load(std::memory_order_seq_cst)) != total;) done_.wait(d, std::memory_order_seq_cst);
   caller_waiting_.store(false, std::memory_order_relaxed);
+  // A wait of milliseconds, and longer than twice the caller's own share of the op, is a
+  // member that another program took the core from (items are microseconds; a big op's
+  // last chunks take about as long as the caller's).
+  const auto waited = std::chrono::steady_clock::now() - wait_from;
+  if (late && waited > std::chrono::milliseconds(kLagMs) && waited > 2 * (wait_from - start)) note_lag(late);
+}
+
+void WorkTeam::note_lag(uint64_t late) {
+  const auto now = std::chrono::steady_clock::now();
+  for (int slot = 1; slot < size() && slot < 64; slot++) {
+    if (!(late >> slot & 1)) continue;
+    Member& m = state_[slot];
+    if (now - m.first_lag > std::chrono::milliseconds(kLagWindowMs)) m.first_lag = now, m.lags = 0;
+    if (++m.lags >= 2) {
+      m.lags = 0;
+      m.sit_out.store(true, std::memory_order_relaxed);
+    }
+  }
 }
 
 void WorkTeam::run_chunks(int slot) {
@@ -114,7 +142,9 @@ void WorkTeam::run_chunks(int slot) {
     if (!claim_.compare_exchange_weak(c, c + (uint64_t)take, std::memory_order_acq_rel, std::memory_order_relaxed))
       continue;
     t_in_item = true;
+    if (slot > 0) state_[slot].holding.store(true, std::memory_order_relaxed);
     call(fn, next, next + take, slot);
+    if (slot > 0) state_[slot].holding.store(false, std::memory_order_relaxed);
     t_in_item = false;
     ran += (uint32_t)take;
     n_seen = n;  // the claim succeeded, so n was this op's
@@ -171,16 +201,18 @@ void WorkTeam::member_loop(int slot) {
     if (stop_.load(std::memory_order_acquire)) return;
     seen = epoch_.load(std::memory_order_acquire);
     run_chunks(slot);
+    // The caller saw this member late twice in a row of milliseconds (note_lag): sit out now.
+    const bool asked = state_[slot].sit_out.exchange(false, std::memory_order_relaxed);
     const auto now = std::chrono::steady_clock::now();
-    if (last_wait < 0 || now - last_check < std::chrono::milliseconds(kCheckMs)) continue;
-    const double wait = runqueue_wait_s();
-    const bool waited = wait - last_wait > kContendedShare * std::chrono::duration<double>(now - last_check).count();
+    if (!asked && (last_wait < 0 || now - last_check < std::chrono::milliseconds(kCheckMs))) continue;
+    const double wait = asked || last_wait < 0 ? 0 : runqueue_wait_s();
+    const bool waited = !asked && wait - last_wait > kContendedShare * std::chrono::duration<double>(now - last_check).count();
     // Three windows in a row: fewer can be a burst (a daemon waking, the bench's probe threads
     // starting). Right after sitting out, one window decides: the neighbour that was busy
     // then most likely still is, and every contended window costs the pass.
     waited_windows = waited ? waited_windows + 1 : 0;
     const bool just_back = now - back_at < std::chrono::milliseconds(5 * kCheckMs);
-    if (waited_windows >= 3 || (waited && just_back)) {
+    if (asked || waited_windows >= 3 || (waited && just_back)) {
       waited_windows = 0;
       const bool again = now - back_at < std::chrono::milliseconds(2 * bench_ms);
       bench_ms = again ? std::min(kMaxBenchMs, bench_ms * 2) : kBenchMs;
@@ -191,6 +223,7 @@ void WorkTeam::member_loop(int slot) {
       if (stop_.load(std::memory_order_acquire)) return;
       seen = epoch_.load(std::memory_order_acquire);
       back_at = std::chrono::steady_clock::now();
+      state_[slot].sit_out.store(false, std::memory_order_relaxed);  // lags from before it sat out
     }
     last_wait = runqueue_wait_s();
     last_check = std::chrono::steady_clock::now();

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <cstdint>
 #include <thread>
 #include <type_traits>
@@ -65,6 +67,19 @@ class WorkTeam {
   void member_loop(int slot);
   // Claims and runs chunks of the open op until it has none left.
   void run_chunks(int slot);
+  // The caller waited long for the members flagged in `late` (bit per slot): two such waits
+  // within kLagWindowMs ask that member to sit out (see member_loop).
+  void note_lag(uint64_t late);
+
+  // What the caller sees of each member: whether it holds items now, and its request that the
+  // member sit out; the caller's own count of the member's recent lags.
+  struct alignas(64) Member {
+    std::atomic<bool> holding{false};
+    std::atomic<bool> sit_out{false};
+    int lags = 0;                                      // the caller's
+    std::chrono::steady_clock::time_point first_lag;  // the caller's
+  };
+  std::unique_ptr<Member[]> state_;  // [size()], slot 0 (the caller) unused
 
   // claim_: (op << 32) | next item; kClosed while the caller writes an op's fields, so that a
   // member still holding the last op's claim word cannot take items with the next op's size.
