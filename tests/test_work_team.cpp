@@ -117,5 +117,24 @@ TEST(WorkTeam, ParallelForUsesTheCurrentTeam) {
   }
 }
 
+// A member whose items keep the caller waiting milliseconds (as when another program has its
+// core) is asked to sit out after two such waits; meanwhile and after, every item runs once.
+TEST(WorkTeam, AMemberThatKeepsTheCallerWaitingSitsOut) {
+  WorkTeam team(2);
+  int ops = 0;
+  for (; ops < 100 && team.benched() == 0; ops++) {
+    Tally t(8);
+    team.run(8, Split{1, 0}, [&](int64_t b, int64_t e, int slot) {
+      std::this_thread::sleep_for(slot == 1 ? std::chrono::microseconds(5000) : std::chrono::microseconds(30));
+      t.add(b, e);
+    });
+    ASSERT_EQ(t.wrong(), 0);
+  }
+  EXPECT_GE(team.benched(), 1) << "after " << ops << " ops";
+  Tally t(64);
+  team.run(64, Split{1, 0}, [&](int64_t b, int64_t e, int) { t.add(b, e); });
+  EXPECT_EQ(t.wrong(), 0);
+}
+
 }  // namespace
 }  // namespace tandem::cpu
