@@ -2,6 +2,7 @@
 // over a paged KV pool; HTTP threads translate requests. Binds 127.0.0.1 unless told.
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "apps/generation_options.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/make_backend.h"
 #include "core/units.h"
 #include "engine/grammar/token_mask.h"
 #include "engine/draft_model.h"
@@ -209,7 +212,9 @@ Command add_serve_command(CLI::App& app) {
                  a->speculative.draft_model, draft_pool->bytes(), format_bytes((double)draft_pool->bytes()));
     // The f32 head's cost grows with the rows a step samples (a compute-bound product, no
     // longer a read of the weights): say so where a serving user would look.
-    if (a->load.exact_products == "auto" && model.backend().describe().find("f32 for output") != std::string::npos)
+    const std::vector<std::string> exact = exact_products_for(a->load.exact_products, model.gguf());
+    if (a->load.exact_products == "auto" && a->load.activations == "q8" && dynamic_cast<const CpuBackend*>(&model.backend()) &&
+        std::find(exact.begin(), exact.end(), "output") != exact.end())
       fmt::print(stderr,
                  "tandem serve: the output head keeps f32 activations (--exact-products auto, for this small model's "
                  "accuracy); greedy requests without logprobs get its argmax from an 8-bit copy and a bound, others pay "

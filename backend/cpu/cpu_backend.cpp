@@ -105,9 +105,6 @@ Result<Weight> CpuBackend::prepare_weight(const WeightSource& src, bool products
     // done (an OpenMP team's would spin for tens of ms, into the first passes and probes).
     cpu::TeamScope scope(&team());
     w->pack_for(k);
-    // A head on f32 activations beside 8-bit ones elsewhere also gets its 8-bit twin, for
-    // steps whose rows only need their argmax (bounded_head.h).
-    if (exact && kernels_.quantized_activations) w->bounded = cpu::BoundedHead::make(*w, kernels_);
   }
   const bool reads_source = !w->is_packed();  // products read the packed copy only
   return Weight{src.type, src.rows, src.cols, (uint64_t)w->bytes(), std::move(w), reads_source};
@@ -118,6 +115,13 @@ Result<Tensor> CpuBackend::prepare_vector(const WeightSource& src) {
   if (!src.compute_supported || !cpu::dequantize_row(src.type, src.data, f32(t), src.cols))
     return make_error("tensor {} has type {}, which tandem cannot decode", src.name, dtype_name(src.type));
   return t;
+}
+
+const cpu::BoundedHead* CpuBackend::bounded_head(const cpu::WeightMatrix& w) const {
+  // Made by the first step that can use it (passes run one at a time per backend); null,
+  // remembered, where the scheme does not apply: 8-bit heads, f32 mode, other types.
+  if (!w.bounded) w.bounded = kernels_.quantized_activations ? cpu::BoundedHead::make(w, kernels_) : nullptr;
+  return w.bounded->get();
 }
 
 cpu::WorkTeam& CpuBackend::team() {
@@ -280,15 +284,14 @@ void CpuBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Te
   few_rows((int64_t)rows.size(),
            [&](int64_t r) { cpu::rmsnorm(f32(x) + rows[(size_t)r] * d, f32(norm), f32(scratch) + r * d, d, eps); });
   const Tensor normed = scratch.rows_view(0, (int64_t)rows.size());
-  const cpu::WeightMatrix& wm = matrix(w);
   // Rows read only for their argmax, from an f32-activation head: the 8-bit twin and a bound
   // give the same argmax for a quarter of the work. Decode's single row reads the weights at
   // memory speed either way, so it keeps the plain head.
-  if (lp.argmax_only && wm.bounded && lp.scale == 1.0f && lp.softcap == 0.0f &&
-      (int64_t)rows.size() >= kBoundedHeadMinRows) {
-    cpu::bounded_head_logits(wm, *wm.bounded, f32(normed), (int64_t)rows.size(), f32(out), kernels_);
-    return;
-  }
+  if (lp.argmax_only && lp.scale == 1.0f && lp.softcap == 0.0f && (int64_t)rows.size() >= kBoundedHeadMinRows)
+    if (const cpu::BoundedHead* head = bounded_head(matrix(w))) {
+      cpu::bounded_head_logits(matrix(w), *head, f32(normed), (int64_t)rows.size(), f32(out), kernels_);
+      return;
+    }
   const Product p{&w, &out};
   matmul({&p, 1}, normed);
   if (lp.scale == 1.0f && lp.softcap == 0.0f) return;

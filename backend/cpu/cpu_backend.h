@@ -16,6 +16,11 @@
 
 namespace tandem {
 
+namespace cpu {
+struct BoundedHead;
+struct WeightMatrix;
+}  // namespace cpu
+
 struct CpuBackendOptions {
   cpu::Isa isa = cpu::best_isa();
   int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else every core)
@@ -80,6 +85,8 @@ class CpuBackend final : public Backend {
   void few_rows(int64_t n, F f);
   // The team the passes and load-time packing share work on (made when first needed).
   cpu::WorkTeam& team();
+  // w's 8-bit twin for argmax-only logit rows (kernels/cpu/bounded_head.h), or null.
+  const cpu::BoundedHead* bounded_head(const cpu::WeightMatrix& w) const;
 
   cpu::CpuKernels kernels_;
   cpu::CpuKernels exact_kernels_;  // f32 activations, for exact_products

@@ -7,14 +7,14 @@
 // largest logit, so for such rows:
 //  1. every logit z8 on 8-bit activations (the packed int8 product of the same Q8_0 rows);
 //  2. a bound on how far the f32 head's float z can be from it. With weight block b of row r
-//     (A_rb = |d| x sum |q|) and token t's activations x against their 8-bit version x8 in that
-//     block (h_tb = max |x - x8|, m_tb = max |x|):
-//       |z - z8| <= (1 + 1e-4) x sum_b A_rb (h_tb (1 + 1e-6) + 1e-5 m_tb)
-//     (the first term is the activations' rounding; the 1e-5 m_tb covers both products' float
-//     rounding, ~2e-6 of sum |w x| for 18-36 blocks; the factors the bound's own arithmetic);
+//     (A_rb = |d| x sum |q|, M_r = max_b A_rb) and token t's activations x against their 8-bit
+//     version x8 in that block (h_tb = max |x - x8|, m_tb = max |x|):
+//       |z - z8| <= sum_b A_rb (...) <= M_r G_t,  G_t = (1 + 1e-4) x sum_b (h_tb (1 + 1e-6) + 1e-5 m_tb)
+//     (h is the activations' rounding; the 1e-5 m_tb covers both products' float rounding,
+//     ~2e-6 of sum |w x| for 18-36 blocks; the factors the bound's own arithmetic);
 //  3. the f32 head's own float again (WeightMatrix::dot, the same floats as its multi-token
-//     kernel) for every row whose interval reaches the best lower end; every other row gets
-//     z8 - bound, below all of them.
+//     kernel) for the row with the largest z8 and every row whose interval reaches the higher of
+//     that float and the best lower end; every other row gets z8 - bound, below all of them.
 // So the argmax, ties included, is the exact head's. Only Q8_0 heads whose multi-token float
 // kernel equals the one-token dot (AVX2, AVX-512): there the recomputed floats are the head's.
 #include <memory>
@@ -26,7 +26,7 @@ namespace tandem::cpu {
 
 struct BoundedHead {
   WeightMatrix int8;             // the same rows, packed for 8-bit activations
-  std::vector<float> block_abs;  // [rows, cols / 32]: |d| x sum |q| of each weight block
+  std::vector<float> block_abs;  // [rows]: M_r, the largest |d| x sum |q| of the row's blocks
 
   // Null where the scheme does not apply (not Q8_0, no multi-token float kernel, no packed
   // int8 kernel at this ISA). Packs a second copy of the rows (the head's size again).

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "core/dtype.h"
@@ -34,9 +35,10 @@ struct WeightMatrix {
   // Float-activation rows against several tokens at once with dot's floats (dot.h); when set,
   // passes of 2+ tokens use it, so their products equal decode's bit for bit.
   RowDotTokensFn dot_tokens = nullptr;
-  // For a head on float activations: its rows packed for 8-bit ones and the bound that lets
-  // rows read only for their argmax use them (bounded_head.h); null otherwise.
-  std::shared_ptr<const BoundedHead> bounded;
+  // For a head on float activations: its 8-bit twin for logit rows read only for their argmax
+  // (bounded_head.h). The backend makes it on first use, so commands that never batch greedy
+  // rows neither pack the second copy nor hold it; null where the scheme does not apply.
+  mutable std::optional<std::shared_ptr<const BoundedHead>> bounded;
   bool is_packed() const { return packed_gemm || packed_float_gemm; }
 
   // Repacks the rows when the kernels have a packed kernel for the type.

@@ -7,7 +7,7 @@
 // chunk it holds (a share), never the op, and one that wakes late finds the op claimed and goes
 // back to waiting. Members spin briefly between ops (decode issues one every few microseconds),
 // then block on a futex, so an idle team leaves the cores to other programs; a member whose
-// core another busy program shares sits out for a second at a time (see member_loop).
+// core another busy program shares sits out for 1-4 s at a time (see member_loop, note_lag).
 //
 // OpenMP's team, by contrast, meets at a barrier after every op: with one core busy elsewhere,
 // every barrier waited for a descheduled member and decode fell 180x (issue 35).
