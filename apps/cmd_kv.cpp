@@ -109,12 +109,21 @@ Command add_kv_command(CLI::App& app) {
     if (!plan.ok()) return fail(plan.error().message);
     const KvPlan& p = plan.value();
     const std::string dname(dtype_name(in.dtype));
-    // Sliding-window layers only ever read their last `window` positions: a store keeping
-    // only those would hold this much per sequence. tandem's pool (on the CPU backend; not
-    // with --swa-full) keeps, in blocks of a group of layers, the window's blocks and one more.
-    uint64_t windowed_seq = 0;
-    for (int64_t w : windows)
-      windowed_seq += p.bytes_per_token / (uint64_t)in.n_layer * (uint64_t)(w > 0 ? std::min<int64_t>(w, in.ctx) : in.ctx);
+    // Sliding-window layers only ever read their last `window` positions, and tandem's pool
+    // (the CPU backend's default; not with --swa-full, not on CUDA yet) keeps, in blocks of a
+    // group of layers, only the window's blocks and one more: that is what a sequence is
+    // allocated, so it leads. The seed's formula (every layer, every position) is the full store.
+    const bool window_only = !windows.empty() && a->ranks == 1 &&
+                             KvLayerGroups::plan(in.n_layer, windows, /*keep_full=*/false).n_groups() > 1;
+    uint64_t allocated_seq = p.bytes_per_sequence;
+    if (window_only) {
+      const BlockPoolShape s{in.n_layer, in.n_kv_head, in.head_dim, a->block_tokens, 0, in.dtype, windows, false};
+      allocated_seq = (uint64_t)KvLayerGroups::plan(in.n_layer, windows, false).blocks_per_sequence(in.ctx, a->block_tokens) *
+                      BlockPool::block_bytes_of(s);
+    }
+    int64_t max_sequences = p.max_sequences;
+    if (in.memory_bytes && allocated_seq)
+      max_sequences = (int64_t)((in.memory_bytes > in.weights_bytes ? in.memory_bytes - in.weights_bytes : 0) / allocated_seq);
     // A pool of --kv-memory bytes, as serve builds it (planned = allocated): blocks, blocks per
     // sequence of ctx tokens (per layer group), sequences.
     struct PoolFit {
@@ -151,13 +160,14 @@ Command add_kv_command(CLI::App& app) {
                                   {"dtype", dname},
                                   {"bytes_per_element", p.bytes_per_element},
                                   {"kv_bytes_per_token", p.bytes_per_token},
-                                  {"kv_bytes_per_sequence", p.bytes_per_sequence},
-                                  {"kv_bytes_batch", p.bytes_batch},
+                                  {"kv_bytes_per_sequence", allocated_seq},
+                                  {"kv_bytes_per_sequence_full_store", p.bytes_per_sequence},
+                                  {"kv_bytes_batch", allocated_seq * (uint64_t)in.batch},
                                   {"weights_bytes", in.weights_bytes}};
       if (!windows.empty()) {
         j["windowed_layers"] = std::count_if(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
         j["window"] = *std::max_element(windows.begin(), windows.end());
-        j["kv_bytes_per_sequence_window_only"] = windowed_seq;
+        j["window_only"] = window_only;
       }
       if (kv_memory) {
         j["kv_memory_bytes"] = kv_memory;
@@ -171,7 +181,7 @@ Command add_kv_command(CLI::App& app) {
       }
       if (in.memory_bytes) {
         j["memory_bytes"] = in.memory_bytes;
-        j["max_sequences"] = p.max_sequences;
+        j["max_sequences"] = max_sequences;
         j["max_kv_tokens"] = p.max_tokens;
       }
       fmt::print("{}\n", j.dump(2));
@@ -180,17 +190,22 @@ Command add_kv_command(CLI::App& app) {
     fmt::print("KV cache of {}: 2 x {} layers x {} kv heads x {} head dim x {} bytes ({})\n", what, in.n_layer, in.n_kv_head,
                in.head_dim, p.bytes_per_element, dname);
     fmt::print("  per token      {:>14} bytes  {}\n", p.bytes_per_token, format_bytes((double)p.bytes_per_token));
-    fmt::print("  per sequence   {:>14} bytes  {}   ({} tokens)\n", p.bytes_per_sequence, format_bytes((double)p.bytes_per_sequence),
-               in.ctx);
-    fmt::print("  batch          {:>14} bytes  {}   ({} sequences)\n", p.bytes_batch, format_bytes((double)p.bytes_batch), in.batch);
-    if (!windows.empty()) {
+    if (window_only) {
       const auto n_win = std::count_if(windows.begin(), windows.end(), [](int64_t w) { return w > 0; });
-      fmt::print("  sliding window: {} of {} layers attend to the last {} positions only. A store keeping only\n"
-                 "  their window would need {} per sequence ({:.1f}x less). tandem's pool keeps only their\n"
-                 "  window's blocks on the CPU backend (not with --swa-full, not on CUDA yet): see --kv-memory.\n",
-                 n_win, in.n_layer, *std::max_element(windows.begin(), windows.end()), format_bytes((double)windowed_seq),
-                 windowed_seq ? (double)p.bytes_per_sequence / (double)windowed_seq : 0.0);
+      fmt::print("  per sequence   {:>14} bytes  {}   ({} tokens; {} of {} layers keep only their last {} positions: the\n"
+                 "                 blocks tandem's pool allocates, window-only, on the CPU backend)\n",
+                 allocated_seq, format_bytes((double)allocated_seq), in.ctx, n_win, in.n_layer,
+                 *std::max_element(windows.begin(), windows.end()));
+      fmt::print("  full store     {:>14} bytes  {}   (every layer keeps every position, {:.1f}x more: --swa-full, and\n"
+                 "                 the CUDA backend for now)\n",
+                 p.bytes_per_sequence, format_bytes((double)p.bytes_per_sequence),
+                 allocated_seq ? (double)p.bytes_per_sequence / (double)allocated_seq : 0.0);
+    } else {
+      fmt::print("  per sequence   {:>14} bytes  {}   ({} tokens)\n", p.bytes_per_sequence, format_bytes((double)p.bytes_per_sequence),
+                 in.ctx);
     }
+    fmt::print("  batch          {:>14} bytes  {}   ({} sequences)\n", allocated_seq * (uint64_t)in.batch,
+               format_bytes((double)(allocated_seq * (uint64_t)in.batch)), in.batch);
     for (const PoolFit& f : fits) {
       const bool win = f.groups.n_groups() > 1;
       fmt::print("--kv-memory {} ({}), {}: blocks of {} tokens x {} layers ({} bytes), {} blocks; a sequence of {} tokens "
@@ -206,15 +221,15 @@ Command add_kv_command(CLI::App& app) {
     }
     if (in.weights_bytes)
       fmt::print("weights          {:>14} bytes  {}   (KV of one sequence is {:.1f}% of it)\n", in.weights_bytes,
-                 format_bytes((double)in.weights_bytes), 100.0 * p.bytes_per_sequence / in.weights_bytes);
+                 format_bytes((double)in.weights_bytes), 100.0 * (double)allocated_seq / (double)in.weights_bytes);
     if (in.memory_bytes && in.memory_bytes <= in.weights_bytes) {
       fmt::print("in {} ({}): the weights alone ({}) do not fit; no room for a KV cache\n", budget,
                  format_bytes((double)in.memory_bytes), format_bytes((double)in.weights_bytes));
     } else if (in.memory_bytes) {
-      fmt::print("in {} ({}): weights leave {}; {} sequences of {} tokens fit ({} KV tokens in all)\n", budget,
-                 format_bytes((double)in.memory_bytes),
+      fmt::print("in {} ({}): weights leave {}; {} sequences of {} tokens fit{}\n", budget, format_bytes((double)in.memory_bytes),
                  format_bytes((double)(in.memory_bytes > in.weights_bytes ? in.memory_bytes - in.weights_bytes : 0)),
-                 p.max_sequences, in.ctx, p.max_tokens);
+                 max_sequences, in.ctx,
+                 window_only ? " (window-only)" : fmt::format(" ({} KV tokens in all)", p.max_tokens));
     }
     return 0;
   };

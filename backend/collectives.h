@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace tandem {
@@ -33,7 +34,8 @@ class Collectives {
   // out[r * n, (r + 1) * n) = rank r's in[0, n), on every rank.
   virtual void all_gather(const float* in, size_t n, float* out) = 0;
   // bytes of `data` from `root` to every rank (host memory: the batch a step runs).
-  // without_limit: wait as long as it takes (a follower waiting for rank 0's next step).
+  // without_limit: wait as long as it takes (rank 0 sends each step within kHeartbeatS, so
+  // followers wait with the deadline; nothing in a pass needs this).
   virtual void broadcast(void* data, size_t bytes, int root, bool without_limit = false) = 0;
 
   // Readable from any thread (a server's HTTP threads refuse work once a rank failed).
@@ -45,6 +47,9 @@ class Collectives {
   // the slowest rank's share of the same pass); a follower waiting for the next step waits
   // without a limit (rank 0 decides when work comes).
   double timeout_s = 10.0;
+  // One thread at a time issues collectives (MPI_THREAD_SERIALIZED): rank 0 holds this for a
+  // whole step (a pass, or the heartbeat's), and MPI_Finalize at exit takes it too.
+  std::timed_mutex step_mu;
 
  protected:
   void fail(std::string why) {

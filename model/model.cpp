@@ -42,6 +42,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
     m->comm_->broadcast(&loaded, sizeof loaded, 0);
     m->comm_->timeout_s = pass_timeout;
     if (m->comm_->failed()) return make_error("{}", m->comm_->error());
+    if (m->tp_.rank == 0) m->start_heartbeat();
   }
 
   const ModelConfig& c = m->config_;

@@ -8,11 +8,15 @@
 // when is the scheduler's (engine/).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -127,6 +131,15 @@ class Model {
   // Rank 0: the pools the other ranks mirror (alive while their storage is), by id.
   std::vector<std::pair<int64_t, std::weak_ptr<void>>> pools_;
   int64_t next_pool_id_ = 1;
+  // Rank 0: a heartbeat step goes out whenever no step did for kHeartbeatS, so the other ranks,
+  // which wait for each step with a deadline, notice a rank 0 that died (MPI itself never tells
+  // them). Steps go out one at a time under the collectives' step_mu (a pass holds it whole).
+  void start_heartbeat();
+  void stop_heartbeat();
+  std::condition_variable_any heartbeat_cv_;
+  bool heartbeat_stop_ = false;
+  std::chrono::steady_clock::time_point last_step_;
+  std::thread heartbeat_;
 };
 
 }  // namespace tandem

@@ -9,8 +9,36 @@
 namespace tandem {
 
 Model::~Model() {
+  stop_heartbeat();
   // Rank 0's model ends the job's followers (unless a peer already failed: nobody listens).
   if (comm_ && tp_.rank == 0 && !comm_->failed()) send_step(*comm_, TensorParallelStep::Stop, 0, KvStore{}, {}, nullptr);
+}
+
+void Model::start_heartbeat() {
+  last_step_ = std::chrono::steady_clock::now();
+  heartbeat_ = std::thread([this] {
+    const auto period = std::chrono::duration<double>(kHeartbeatS);
+    std::unique_lock<std::timed_mutex> lock(comm_->step_mu);
+    while (!heartbeat_stop_ && !comm_->failed()) {
+      // Wakes when a period has passed since the last step; a pass holds step_mu, so a
+      // heartbeat never goes out between one pass's collectives.
+      const auto due = last_step_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(period);
+      if (heartbeat_cv_.wait_until(lock, due, [&] { return heartbeat_stop_; })) break;
+      if (std::chrono::steady_clock::now() < last_step_ + period) continue;
+      send_step(*comm_, TensorParallelStep::Heartbeat, 0, KvStore{}, {}, nullptr);
+      last_step_ = std::chrono::steady_clock::now();
+    }
+  });
+}
+
+void Model::stop_heartbeat() {
+  if (!heartbeat_.joinable()) return;
+  {
+    std::lock_guard<std::timed_mutex> lock(comm_->step_mu);
+    heartbeat_stop_ = true;
+  }
+  heartbeat_cv_.notify_all();
+  heartbeat_.join();
 }
 
 int64_t Model::pool_id(const KvStore& kv, std::vector<int64_t>& dropped) {
@@ -34,7 +62,10 @@ int64_t Model::pool_id(const KvStore& kv, std::vector<int64_t>& dropped) {
 
 Result<std::span<const float>> Model::parallel_pass(const KvStore& kv, const ForwardBatch& b) {
   Collectives& c = *comm_;
+  std::unique_lock<std::timed_mutex> step_lock(c.step_mu, std::defer_lock);
   if (tp_.rank == 0) {
+    step_lock.lock();
+    last_step_ = std::chrono::steady_clock::now();
     std::vector<int64_t> dropped;
     const int64_t id = pool_id(kv, dropped);
     send_step(c, TensorParallelStep::Forward, id, kv, dropped, &b);
@@ -62,6 +93,7 @@ Status Model::follow() {
     if (!step.ok()) return step.error();
     for (int64_t id : step->dropped_pools) stores.erase(id);
     if (step->op == TensorParallelStep::Stop) return Status::Ok();
+    if (step->op == TensorParallelStep::Heartbeat) continue;
     auto it = stores.find(step->pool_id);
     if (it == stores.end()) {
       auto row = kv_row_bytes(step->kv_dtype, tp_.n_kv_head, config_.head_dim);

@@ -77,8 +77,8 @@ void send_step(Collectives& c, int64_t op, int64_t pool_id, const KvStore& kv,
 
 Result<TensorParallelStep> receive_step(Collectives& c) {
   Header h{};
-  c.broadcast(&h, sizeof h, 0, /*without_limit=*/true);
-  if (c.failed()) return make_error("{}", c.error());
+  c.broadcast(&h, sizeof h, 0);
+  if (c.failed()) return make_error("{} (rank 0 sends a step or a heartbeat every {:.0f} s)", c.error(), kHeartbeatS);
   TensorParallelStep s;
   s.op = h.op;
   s.pool_id = h.pool_id;

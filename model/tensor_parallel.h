@@ -44,7 +44,8 @@ struct TensorParallelPlan {
 // One step as rank 0 sends it: run `batch` over KV pool `pool_id` (of that layout; a follower
 // allocates it the first time it sees the id), after dropping the pools rank 0 has freed.
 struct TensorParallelStep {
-  enum Op : int64_t { Forward = 1, Stop = 2 };
+  // Heartbeat: nothing to run; rank 0 is alive (sent when no other step went out for a while).
+  enum Op : int64_t { Forward = 1, Stop = 2, Heartbeat = 3 };
   int64_t op = Stop;
   int64_t pool_id = 0;
   int64_t n_blocks = 0, block_tokens = 16;
@@ -56,7 +57,10 @@ struct TensorParallelStep {
 // Rank 0: the step to every other rank (two broadcasts: a fixed header, then the arrays).
 void send_step(Collectives& c, int64_t op, int64_t pool_id, const KvStore& kv,
                const std::vector<int64_t>& dropped_pools, const ForwardBatch* batch);
-// The other ranks: the next step, however long rank 0 takes to send it.
+// Rank 0 sends a step at least this often (a heartbeat when idle).
+constexpr double kHeartbeatS = 1.0;
+// The other ranks: the next step. Rank 0 sends one at least every kHeartbeatS, so waiting
+// longer than the collectives' deadline (timeout_s) means it died: an error, never a hang.
 Result<TensorParallelStep> receive_step(Collectives& c);
 
 // Bytes one pass moves through all-reduces (2 per layer + the embedding) and the logits gather,

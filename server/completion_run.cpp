@@ -453,7 +453,7 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   if (!pr.max_tokens_given && chat) pr.max_tokens = (int)(n_ctx - (int64_t)rp.prompt.size());
   rp.max_tokens = pr.max_tokens;
   rp.sampling = pr.sampling;
-  rp.stop_tokens = ctx.tok.vocab().end_of_generation;
+  if (!pr.ignore_eos) rp.stop_tokens = ctx.tok.vocab().end_of_generation;
   rp.want_logprobs = pr.logprobs;
   rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
   rp.speculative = pr.speculative;

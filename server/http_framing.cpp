@@ -84,6 +84,10 @@ std::optional<FramingRefusal> check_framing(const HttpRequest& r) {
   if (hosts > 1 || (hosts == 1 && r.header("Host")->find(',') != std::string_view::npos))
     return FramingRefusal{400, "more than one Host"};
   if (hosts == 0 && r.version >= 11) return FramingRefusal{400, "an HTTP/1.1 request without Host"};
+  // Fields whose value decides who may do what: with two, one part of a chain (a proxy, the
+  // key check, the body's reader) could read the first and another the second.
+  for (std::string_view name : {"Authorization", "Content-Type", "Origin"})
+    if (count_fields(r, name) > 1) return FramingRefusal{400, fmt::format("more than one {} header", name)};
   if (!known_method(r.method)) return FramingRefusal{501, fmt::format("method {} is not implemented", printable(r.method))};
   for (auto e : list_elements(r, "Expect"))
     if (!iequals(e, "100-continue")) return FramingRefusal{417, fmt::format("cannot meet Expect: {} (only 100-continue)", printable(e))};

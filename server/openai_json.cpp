@@ -9,8 +9,17 @@ namespace tandem::server {
 int json_nesting_depth(std::string_view text, int limit) { return scan_json_brackets(text, 0, limit, false).deepest; }
 
 Result<ojson> parse_json_body(std::string_view body, int max_depth) {
-  if (json_nesting_depth(body, max_depth) > max_depth)
+  // Counted before parsing: the parse itself is what a hostile body makes expensive.
+  const JsonShape shape = scan_json_shape(body, max_depth);
+  if (shape.deepest > max_depth)
     return make_error("the request body nests arrays/objects deeper than {} levels", max_depth);
+  if (shape.widest_object > kMaxObjectKeys)
+    return make_error("the request body has an object of more than {} keys", kMaxObjectKeys);
+  if (shape.key_pairs > kMaxKeyPairs)
+    return make_error("the request body's objects hold too many keys together (at most {} pairs of keys within "
+                      "objects, e.g. {} objects of 256 keys)", kMaxKeyPairs, kMaxKeyPairs / (256 * 255 / 2));
+  if (shape.values > kMaxJsonValues)
+    return make_error("the request body holds more than {} JSON values", kMaxJsonValues);
   ojson j = ojson::parse(body.begin(), body.end(), nullptr, false);
   if (j.is_discarded()) return make_error("the request body is not valid JSON (UTF-8)");
   return j;

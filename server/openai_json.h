@@ -19,10 +19,18 @@ using ojson = nlohmann::ordered_json;
 // Request bodies nest at most this deep (arrays and objects); deeper is a 400 before parsing,
 // so nothing that walks the JSON recursively (copies, dumps, templates) sees deep input.
 constexpr int kMaxJsonDepth = 64;
+// Parsing an object of n keys costs n^2/2 key comparisons (ordered_json searches linearly), so
+// bodies are bounded in keys per object and in those comparisons over all objects, and in
+// values (each one an allocation), before parsing: such a body gets its 400 in milliseconds.
+// The values bound leaves room for /detokenize's 262144 ids.
+constexpr size_t kMaxObjectKeys = 1024;
+constexpr size_t kMaxKeyPairs = size_t{1} << 21;
+constexpr size_t kMaxJsonValues = size_t{1} << 19;
 
 // The deepest nesting of arrays/objects in `text` (strings skipped), counting stops past `limit`.
 int json_nesting_depth(std::string_view text, int limit);
-// Parses a request body; errors name what is wrong ("nests deeper than 64 levels", "not valid JSON").
+// Parses a request body; errors name what is wrong ("nests deeper than 64 levels", "an object of more
+// than 1024 keys", "not valid JSON").
 Result<ojson> parse_json_body(std::string_view body, int max_depth = kMaxJsonDepth);
 
 // Dumps with any invalid UTF-8 replaced by U+FFFD: a last line of defence, never an exception.

@@ -116,6 +116,7 @@ constexpr Field kFields[] = {
     {"speculative", true, true, Use::Read},  // tandem's
     {"grammar", true, true, Use::Read},      // tandem's
     {"cache_salt", true, true, Use::Read},   // vLLM's and tandem's
+    {"ignore_eos", true, true, Use::Read},   // vLLM's and llama-server's
     {"frequency_penalty", true, true, Use::NoOp},
     {"presence_penalty", true, true, Use::NoOp},
     {"logit_bias", true, true, Use::NoOp},
@@ -422,6 +423,7 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
     r.cache_salt = salt.get<std::string>();
   }
   TANDEM_TRY(c.boolean("stream", &r.stream));
+  TANDEM_TRY(c.boolean("ignore_eos", &r.ignore_eos));
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const json& so = body["stream_options"];
     if (!so.is_object()) return c.fail("stream_options", "must be an object").error();

@@ -10,7 +10,8 @@
 // only; anything else, unknown fields included, is a 400 "'X' is not supported". A null value
 // is the field's default, as in OpenAI's API.
 //
-// tandem's extensions: "speculative" (below), "grammar": GBNF text the output must follow
+// tandem's extensions: "speculative" (below), "ignore_eos" (as vLLM's and llama-server's),
+// "grammar": GBNF text the output must follow
 // (engine/grammar/gbnf_parser.h; docs/grammars.md), and "cache_salt" (as vLLM's): cached
 // prompt blocks are shared only between requests with the same salt (within the server's
 // --prefix-cache-scope).
@@ -69,6 +70,9 @@ struct ParsedRequest {
   // unset: the server's --speculative setting. "draft" needs a server started with --draft-model.
   std::optional<SpeculativeParams> speculative;
   std::string cache_salt;   // "" when not given
+  // vLLM's and llama-server's "ignore_eos": end-of-generation tokens do not end the answer
+  // (it runs to max_tokens or a stop string): benchmarks, and streams of a known length.
+  bool ignore_eos = false;
   std::string error_param;  // which field was wrong, for the error object
 
   // Tools go to the template and the output is parsed for calls.

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <initializer_list>
+#include <string_view>
+
 #include "server/openai_request.h"
 #include "server/tool_use.h"
 
@@ -28,6 +32,19 @@ Status require_object(const ojson& body, std::string* bad) {
   return make_error("the request body must be a JSON object");
 }
 
+// Like the OpenAI endpoints, a field this endpoint does not read is a 400 naming it: a client's
+// typo (or an option llama-server has and tandem does not) is never silently ignored.
+Status only_known_fields(const ojson& body, std::initializer_list<std::string_view> known, std::string* bad) {
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string names;
+    for (std::string_view k : known) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", k);
+    *bad = key;
+    return make_error("'{}' is not a field of this endpoint (it reads {})", key, names);
+  }
+  return Status::Ok();
+}
+
 // llama-server's piece: the text when it is valid UTF-8, else its bytes as numbers (a token may
 // hold part of a character).
 std::string piece_json(const std::string& piece) {
@@ -43,6 +60,7 @@ Result<std::string> tokenize_answer(const ojson& body, const Tokenizer& tok, std
   TANDEM_TRY(require_object(body, bad));
   if (!body.contains("content")) return fail(bad, "content", "is required (the text to tokenize)").error();
   if (!body["content"].is_string()) return fail(bad, "content", "must be a string").error();
+  TANDEM_TRY(only_known_fields(body, {"content", "add_special", "parse_special", "with_pieces"}, bad));
   bool add_special = false, parse_special = true, with_pieces = false;
   TANDEM_TRY(optional_bool(body, "add_special", &add_special, bad));
   TANDEM_TRY(optional_bool(body, "parse_special", &parse_special, bad));
@@ -67,6 +85,7 @@ Result<std::string> detokenize_answer(const ojson& body, const Tokenizer& tok, s
   if (!body.contains("tokens")) return fail(bad, "tokens", "is required (an array of token ids)").error();
   const ojson& tokens = body["tokens"];
   if (!tokens.is_array()) return fail(bad, "tokens", "must be an array of token ids").error();
+  TANDEM_TRY(only_known_fields(body, {"tokens"}, bad));
   if (tokens.size() > kMaxTokensPerAnswer)
     return fail(bad, "tokens", fmt::format("has {} ids, more than the {} one answer holds; send them in parts", tokens.size(), kMaxTokensPerAnswer))
         .error();

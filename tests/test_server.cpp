@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -152,6 +153,59 @@ TEST(OpenAiJson, NestingDepthIsBoundedBeforeParsing) {
   EXPECT_FALSE(parse_json_body(std::string(4 << 20, '[')).ok());  // unbalanced and deep: refused by the scan, quickly
   EXPECT_FALSE(parse_json_body("{\"prompt\": \"\xff\"}").ok());  // invalid UTF-8 is not JSON
   EXPECT_FALSE(parse_json_body("{not json").ok());
+}
+
+TEST(OpenAiJson, ShapeCountsWhatParsingWouldBuild) {
+  const JsonShape a = scan_json_shape(R"({"a":1,"b":"x,:{[","c":[1,2,{"d":null}],"e":{}})", 64);
+  EXPECT_EQ(a.deepest, 3);
+  EXPECT_EQ(a.values, 9u);  // the root, 1, "x,:{[", [..], 1, 2, {..}, null, {}
+  EXPECT_EQ(a.widest_object, 4u);
+  EXPECT_EQ(a.key_pairs, 6u + 0u + 0u);  // 4 keys: 6 pairs; {"d"}: none
+  EXPECT_EQ(scan_json_shape("[]", 64).values, 1u);
+  EXPECT_EQ(scan_json_shape(" 12345 ", 64).values, 1u);
+  EXPECT_EQ(scan_json_shape(R"(["\"", true, -1.5e3])", 64).values, 4u);
+  EXPECT_EQ(scan_json_shape(std::string(100, '['), 8).deepest, 9);  // stops past the limit
+}
+
+// Issue 45: 300k keys in one unknown field took 160 s to parse (ordered_json's linear key
+// search); the shape scan refuses such bodies before the parser sees them.
+TEST(OpenAiJson, BodiesThatAreQuadraticToParseAreRefusedQuickly) {
+  auto object_of = [](size_t n, size_t key_len) {
+    std::string s = "{";
+    for (size_t i = 0; i < n; i++) s += fmt::format("{}\"{:0{}}\":0", i ? "," : "", i, key_len);
+    return s + "}";
+  };
+  const std::string wide = "{\"prompt\":\"hi\",\"x\":" + object_of(300000, 6) + "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = parse_json_body(wide);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("more than 1024 keys"), std::string::npos) << r.error().message;
+  EXPECT_LT(ms, 200.0);  // ~10 ms; the parse it replaces took minutes
+  EXPECT_TRUE(parse_json_body(object_of(kMaxObjectKeys, 4)).ok());
+  EXPECT_FALSE(parse_json_body(object_of(kMaxObjectKeys + 1, 4)).ok());
+  // Many objects just under the per-object bound: refused by the pairs over all objects.
+  std::string many = "[";
+  for (int i = 0; i < 64; i++) many += (i ? "," : "") + object_of(1000, 4);
+  many += "]";
+  r = parse_json_body(many);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("too many keys together"), std::string::npos) << r.error().message;
+  // The worst body that passes parses in well under a second (kMaxKeyPairs in 1000-key objects).
+  std::string worst = "[";
+  for (size_t i = 0; i < kMaxKeyPairs / (1000 * 999 / 2); i++) worst += (i ? "," : "") + object_of(1000, 8);
+  worst += "]";
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(parse_json_body(worst).ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 1.0);
+  // Values: /detokenize's 262144 ids fit; a body of more than kMaxJsonValues does not.
+  std::string ids = "[0";
+  for (size_t i = 1; i < 262144; i++) ids += ",7";
+  EXPECT_TRUE(parse_json_body("{\"tokens\":" + ids + "]}").ok());
+  for (size_t i = 262144; i < kMaxJsonValues; i++) ids += ",7";
+  r = parse_json_body("{\"tokens\":" + ids + "]}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("JSON values"), std::string::npos) << r.error().message;
 }
 
 TEST(OpenAiJson, TokenBytesBecomeValidText) {
@@ -524,6 +578,11 @@ TEST(HttpFraming, BodyLengthHostMethodExpect) {
   EXPECT_EQ(framing_status("GET", {{"Host", "x, y"}}), 400);
   EXPECT_EQ(framing_status("GET", {}), 400);
   EXPECT_EQ(framing_status("GET", {}, 10), 0);
+  // Issue 45: two Authorization headers were read as the first; fields that decide access come once.
+  EXPECT_EQ(framing_status("GET", with({{"Authorization", "Bearer a"}, {"authorization", "Bearer b"}})), 400);
+  EXPECT_EQ(framing_status("POST", with({{"Content-Type", "application/json"}, {"Content-Type", "text/plain"}})), 400);
+  EXPECT_EQ(framing_status("GET", with({{"Origin", "http://a"}, {"Origin", "http://b"}})), 400);
+  EXPECT_EQ(framing_status("GET", with({{"Authorization", "Bearer a"}})), 0);
   // Unknown methods (case matters) are 501; known ones are left to the handler (405 or routed).
   EXPECT_EQ(framing_status("FOOBAR", host), 501);
   EXPECT_EQ(framing_status("get", host), 501);

@@ -97,6 +97,13 @@ TEST(TokenEndpoints, TokenizeAsLlamaServer) {
     EXPECT_EQ(bad, flag);
   }
   EXPECT_FALSE(tokenize_answer(json::array({"a"}), *tok, &bad).ok());
+  // Issue 45: unknown fields are refused by name, as on the OpenAI endpoints.
+  auto unknown = tokenize_answer({{"content", "a"}, {"add_bos", true}}, *tok, &bad);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(bad, "add_bos");
+  EXPECT_NE(unknown.error().message.find("'add_bos' is not a field"), std::string::npos) << unknown.error().message;
+  EXPECT_FALSE(detokenize_answer({{"tokens", {65}}, {"skip_special", true}}, *tok, &bad).ok());
+  EXPECT_EQ(bad, "skip_special");
   // One answer holds at most kMaxTokensPerAnswer tokens.
   const std::string many(kMaxTokensPerAnswer + 1, 'a');
   auto big = tokenize_answer({{"content", many}}, *tok, &bad);

@@ -50,17 +50,18 @@ class MpiCollectives final : public Collectives {
  private:
   // Polls the request to its end or the deadline: spinning first (a pass's collectives mostly
   // wait microseconds), then yielding the core (ranks may share cores: --oversubscribe), and
-  // after 0.2 s sleeping 200 us between polls (a follower waiting for the next request).
+  // after 0.2 s sleeping 1 ms between polls (a follower waiting for rank 0's next step or
+  // heartbeat: under 1% of a core).
   void finish(int rc, MPI_Request& r, size_t bytes, const char* what, bool without_limit) {
     const Clock::time_point t0 = Clock::now();
     int done = 0;
     for (long spins = 0; rc == MPI_SUCCESS && !done; spins++) {
       rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
       if (done || rc != MPI_SUCCESS) break;
-      if (spins > 2000) sched_yield();
-      if ((spins & 255) != 0) continue;
+      if (spins < 2000) continue;
       const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (waited > 0.2) usleep(200);
+      if (waited > 0.2) usleep(1000);
+      else sched_yield();
       if (!without_limit && waited > timeout_s) {
         fail(fmt::format("tensor parallel: rank {} waited {:.0f} s in {} of {} bytes for the other {} ranks: one died "
                          "or stopped answering",
@@ -95,8 +96,11 @@ std::shared_ptr<Collectives> g_world;
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  // After a failed collective the peers are gone: finalising would wait for them.
-  if (!finalized && !(g_world && g_world->failed())) MPI_Finalize();
+  // After a failed collective the peers are gone: finalising would wait for them. A step still
+  // going out (exit() called while rank 0's heartbeat runs) must end first: MPI is serialized.
+  if (finalized || (g_world && g_world->failed())) return;
+  if (g_world && !g_world->step_mu.try_lock_for(std::chrono::seconds(2))) return;
+  MPI_Finalize();
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // duplicated from MPI_COMM_WORLD. Every operation is non-blocking underneath (MPI_Iallreduce,
 // MPI_Iallgather, MPI_Ibcast) and polled against a deadline, so a dead peer is an error on the
 // caller within timeout_s instead of a hang. Calls come from one thread at a time
-// (MPI_THREAD_SERIALIZED): the CPU backend's pass makes them from its team's member 0.
+// (MPI_THREAD_SERIALIZED): a pass makes them from its calling thread, and rank 0's
+// heartbeat from its own, each holding Collectives::step_mu.
 #pragma once
 
 #include <memory>

@@ -125,7 +125,8 @@ class Reader:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def response(self):
+    def response(self, on_first_chunk=None):
+        """One response; on_first_chunk() runs once the first chunk of a chunked body is in."""
         status_line = self._line()
         while status_line.startswith(b"HTTP/1.1 100"):  # 100 Continue
             self._line()
@@ -147,6 +148,9 @@ class Reader:
                     break
                 body += self._exact(n)
                 self._exact(2)
+                if on_first_chunk:
+                    on_first_chunk()
+                    on_first_chunk = None
         else:
             body = self._exact(int(headers.get("content-length", "0")))
         return status, headers, body

@@ -251,52 +251,73 @@ def preemption_checks(tandem, model):
         srv.stop()
 
 
-def stream_until_done(port, host, body, out):
-    """Reads one SSE stream to its end, recording its events, [DONE] and when it ended."""
+def stream_until_done(port, host, body, out, started=None):
+    """Reads one SSE stream to its end, recording its events, [DONE] and when it ended; sets
+    `started` once its first event is in."""
     try:
         s = connect(port, timeout=120)
         s.sendall(request_bytes("POST", "/v1/completions", host, json.dumps(dict(body, stream=True)).encode()))
-        st, _, raw = Reader(s).response()
+        st, _, raw = Reader(s).response(on_first_chunk=started.set if started else None)
         text = raw.decode()
         out.update(status=st, done="data: [DONE]" in text, events=sse_events(raw), ended=time.time())
     except Exception as e:
         out.update(status=str(e), ended=time.time())
+    finally:
+        if started:
+            started.set()
 
 
 def counting_stream(srv, max_tokens):
-    """Starts a greedy stream of up to `max_tokens` in a thread; returns it and its result dict, once
-    the stream is under way."""
-    out = {}
+    """Starts a greedy stream of exactly `max_tokens` tokens (ignore_eos: no end-of-text ends it
+    early) in a thread; returns it and its result dict once its first event is in, so a signal
+    sent then finds it running, on any machine (issue 45: a sleep assumed a slow one)."""
+    out, started = {}, threading.Event()
     th = threading.Thread(target=stream_until_done, args=(srv.port, srv.host, {"prompt": "1, 2, 3,", "max_tokens": max_tokens,
-                                                                              "temperature": 0}, out))
+                                                                              "temperature": 0, "ignore_eos": True}, out, started))
     th.start()
-    time.sleep(0.5)
+    started.wait(120)
     return th, out
+
+
+def wait_for_health(srv, status, timeout=5):
+    """Polls /health until it answers `status` (a signal is handled asynchronously); returns the last answer."""
+    deadline, st, raw = time.time() + timeout, None, b""
+    while time.time() < deadline:
+        st, _, raw = http(srv, "GET", "/health")
+        if st == status:
+            break
+        time.sleep(0.01)
+    return st, raw
 
 
 def drain_checks(tandem, model):
     """SIGTERM drains: 503 + Retry-After for new work, /health 503 draining, running streams finish;
-    past --drain-timeout the rest end with an error event and [DONE]; a second SIGTERM exits at once."""
+    past --drain-timeout the rest end with an error event and [DONE]; a second SIGTERM exits at once.
+    The running stream is 600 tokens that no end-of-text cuts short, under way before the signal: it
+    outlives the checks (tens of ms) on any CPU (600 tokens of a 135M model take 1-3 s on 2 cores)."""
     srv = Server(tandem, model, ["--drain-timeout", "60"])
     try:
-        th, out = counting_stream(srv, 150)
+        th, out = counting_stream(srv, 600)
         srv.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        st, raw = wait_for_health(srv, 503)
+        check(st == 503 and json.loads(raw).get("status") == "draining", f"draining: /health -> {st} {raw[:40]!r}")
         st, h, raw = http(srv, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
         check(st == 503 and "retry-after" in h, f"draining: a new request -> {st} (Retry-After {h.get('retry-after')})")
-        st, _, raw = http(srv, "GET", "/health")
-        check(st == 503 and json.loads(raw).get("status") == "draining", f"draining: /health -> {st} {raw[:40]!r}")
+        checked = time.time()
         th.join(120)
         finish = [c.get("finish_reason") for e in out.get("events", []) for c in e.get("choices", []) if c.get("finish_reason")]
-        check(out.get("status") == 200 and out.get("done") and finish in (["length"], ["stop"]),
-              f"draining: the running stream finished whole ({finish}, [DONE] {out.get('done')})")
+        tokens = sum(1 for e in out.get("events", []) for c in e.get("choices", []) if c.get("text"))
+        check(out.get("ended", 0) > checked, f"draining: the stream was still running when the checks were done "
+              f"(ended {out.get('ended', 0) - checked:+.2f} s after them)")
+        check(out.get("status") == 200 and out.get("done") and finish == ["length"],
+              f"draining: the running stream finished whole ({finish}, {tokens} text events, [DONE] {out.get('done')})")
         rc = exit_code(srv, 15)
         check(rc == 0, f"draining: exit {rc} once the stream is out")
     finally:
         srv.stop()
     srv = Server(tandem, model, ["--drain-timeout", "1"])
     try:
-        th, out = counting_stream(srv, 4000)
+        th, out = counting_stream(srv, 6000)  # 20-60 s of decoding: the 1 s timeout always cuts it
         t = time.time()
         srv.proc.send_signal(signal.SIGTERM)
         th.join(30)

@@ -276,7 +276,8 @@ def attack_stuck_reader(srv):
     s = connect(srv.port, timeout=30, rcvbuf=4096)
     # Greedy counting runs on for thousands of tokens; logprobs make each chunk 0.5-2 KB, so the
     # socket buffers (the server's is 128 KiB) fill after a few hundred tokens.
-    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 7000, "temperature": 0, "stream": True, "logprobs": 5}
+    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 7000, "temperature": 0, "stream": True, "logprobs": 5,
+            "ignore_eos": True}
     s.sendall(request_bytes("POST", "/v1/completions", srv.host, json.dumps(body).encode()))
     t0 = time.time()
     healthy(srv, "while a client does not read its stream")
@@ -298,7 +299,8 @@ def attack_vanishing(srv):
     gen_before = metric(srv, "tandem_generated_tokens_total")
     s = connect(srv.port)
     s.sendall(request_bytes("POST", "/v1/completions", srv.host,
-                            json.dumps({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 4000, "temperature": 0}).encode()))
+                            json.dumps({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 4000, "temperature": 0,
+                                        "ignore_eos": True}).encode()))
     time.sleep(1.0)
     s.close()
     t0 = time.time()
@@ -641,7 +643,7 @@ def main():
         s1.sendall(f"GET /health HTTP/1.1\r\nHost: {srv.host}\r\n".encode())
         s2 = connect(srv.port, rcvbuf=4096)
         s2.sendall(request_bytes("POST", "/v1/completions", srv.host,
-                                 json.dumps({"prompt": "1, 2, 3,", "max_tokens": 3000, "stream": True}).encode()))
+                                 json.dumps({"prompt": "1, 2, 3,", "max_tokens": 3000, "stream": True, "ignore_eos": True}).encode()))
         time.sleep(1)
         # The first SIGTERM drains (the unread stream may hold it); a second one stops at once.
         srv.proc.send_signal(signal.SIGTERM)

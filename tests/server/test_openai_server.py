@@ -170,14 +170,20 @@ def main():
         check(code == 413 and b"error" in data, f"oversized body -> {code}")
         code, _ = raw(port, "POST", "/v1/chat/completions", json.dumps({"messages": []}).encode())
         check(code == 400, "empty messages -> 400")
+        # ignore_eos (vLLM's and llama-server's): the answer runs to max_tokens whatever the model says.
+        code, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": "The end.", "max_tokens": 40,
+                                                                      "temperature": 0, "ignore_eos": True}).encode())
+        usage = json.loads(data).get("usage", {}) if code == 200 else {}
+        check(code == 200 and usage.get("completion_tokens") == 40 and json.loads(data)["choices"][0]["finish_reason"] == "length",
+              f"ignore_eos: {usage.get('completion_tokens')} of 40 tokens, finish {json.loads(data)['choices'][0]['finish_reason'] if code == 200 else code}")
 
         # A client that disconnects mid-stream: its sequence is cancelled and its blocks freed.
         cancelled_before = metric(port, 'tandem_requests_finished_total{reason="cancelled"}') or 0
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        # Greedy and ignoring nothing: this prompt runs on for hundreds of tokens, far past the
-        # few chunks read here (a sampled run could end early and close the stream first).
+        # 2000 tokens that no end-of-text cuts short (ignore_eos): seconds of decoding on any CPU,
+        # far past the few chunks read here.
         conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 2000,
-                                                                 "temperature": 0, "stream": True}),
+                                                                 "temperature": 0, "stream": True, "ignore_eos": True}),
                      headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         got, deadline = b"", time.time() + 60
