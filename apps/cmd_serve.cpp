@@ -73,13 +73,14 @@ Command add_serve_command(CLI::App& app) {
   struct Args {
     ModelLoadOptions load;
     SpeculativeOptions speculative;
-    std::string host = "127.0.0.1", api_key, api_key_file, kv_memory = "1GiB", name, chat_template_file, kv_dtype = "f16";
+    std::string host = "127.0.0.1", api_key, api_key_file, operator_key_file, kv_memory = "1GiB", name, chat_template_file,
+        kv_dtype = "f16";
     bool allow_special_in_messages = false;
     int port = 8080, max_running = 64, block_tokens = 16;
     int64_t batch_tokens = 512, kv_tokens = 0;
     bool swa_full = false;
     std::vector<std::string> allow_origin, allow_host;
-    int max_connections = 1024;
+    int max_connections = 1024, max_connections_per_client = 0, reserved_connections = 0;
     double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30, drain_timeout = 30;
     std::string prefix_cache_scope = "key";
   };
@@ -92,6 +93,9 @@ Command add_serve_command(CLI::App& app) {
                   "require Authorization: Bearer KEY on /v1/* and /metrics (visible in `ps`: prefer --api-key-file or $TANDEM_API_KEY)");
   sub->add_option("--api-key-file", a->api_key_file,
                   "read the API keys from FILE, one per line, each a tenant (the environment's TANDEM_API_KEY is used otherwise)");
+  sub->add_option("--operator-key-file", a->operator_key_file,
+                  "keys (one per line) that may also read the server-wide /metrics; with --api-key-file each tenant's "
+                  "/metrics shows only its own requests");
   sub->add_option("--prefix-cache-scope", a->prefix_cache_scope,
                   "which requests share cached prompt blocks: global, key (requests with the same API key; the default) or request "
                   "(none); a request's cache_salt narrows sharing further")
@@ -104,6 +108,13 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--allow-host", a->allow_host, "accept requests for Host NAME (besides the bound address, localhost, 127.0.0.1, [::1])")
       ->take_all();
   sub->add_option("--max-connections", a->max_connections, "open connections at most; more get 503")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-connections-per-client", a->max_connections_per_client,
+                  "open connections one client address may hold (default: half of --max-connections; raise it behind a proxy)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--reserved-connections", a->reserved_connections,
+                  "the last connection slots, kept for requests with a valid API key and /health (default: an eighth of "
+                  "--max-connections)")
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--header-timeout", a->header_timeout, "seconds a client has to send a request's header")->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--body-timeout", a->body_timeout, "seconds a client has to send a request's body")->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--idle-timeout", a->idle_timeout, "seconds an idle keep-alive connection stays open")->check(CLI::Range(0.1, 3600.0));
@@ -133,6 +144,12 @@ Command add_serve_command(CLI::App& app) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     auto keys = api_keys(a->api_key, a->api_key_file);
     if (!keys.ok()) return fail(keys.error().message);
+    std::vector<std::string> operator_keys;
+    if (!a->operator_key_file.empty()) {
+      auto ops = api_keys("", a->operator_key_file);
+      if (!ops.ok()) return fail(fmt::format("--operator-key-file: {}", ops.error().message));
+      operator_keys = ops.value();
+    }
     auto lm = load_model(a->load);
     if (!lm.ok()) return fail(lm.error().message);
     Model& model = *lm->model;
@@ -187,11 +204,14 @@ Command add_serve_command(CLI::App& app) {
     opts.host = a->host;
     opts.port = a->port;
     opts.api_keys = keys.value();
+    opts.operator_keys = operator_keys;
     opts.prefix_cache_scope = server::parse_prefix_cache_scope(a->prefix_cache_scope).value();
     opts.allowed_origins = a->allow_origin;
     opts.allowed_hosts = a->allow_host;
     opts.allow_special_in_messages = a->allow_special_in_messages;
     opts.limits.max_connections = a->max_connections;
+    opts.limits.max_connections_per_peer = a->max_connections_per_client;
+    opts.limits.reserved_connections = a->reserved_connections;
     opts.limits.header_timeout = ms(a->header_timeout);
     opts.limits.body_timeout = ms(a->body_timeout);
     opts.limits.idle_timeout = ms(a->idle_timeout);

@@ -126,34 +126,35 @@ void Scheduler::admit_waiting() {
   // A preempted sequence whose tokens so far outgrew the whole pool can never run again, and
   // one that cannot be admitted into an empty batch never will be: both end as "length" (cut
   // short for want of KV blocks) rather than waiting forever.
+  preempt_for_waiting_tenant();
   while (!waiting_.empty() && (int)running_.size() < opts_.max_running) {
-    Seq& s = *waiting_.front();
+    const auto next = waiting_.begin() + (ptrdiff_t)next_admission();  // the tenant with the fewest running
+    Seq& s = **next;
     const bool outgrown = blocks_for_tokens((int64_t)s.tokens.size()) > pool_.shape().n_blocks;
     if (!outgrown && admit(s)) {
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+      running_.push_back(std::move(*next));
+      waiting_.erase(next);
       continue;
     }
     if (!outgrown && !running_.empty()) break;  // room comes back as others finish
     finish(s, FinishReason::Length, "the KV pool is full");
-    waiting_.pop_front();
+    waiting_.erase(next);
   }
 }
 
 std::vector<Scheduler::Planned> Scheduler::schedule() {
   std::vector<Planned> plan;
   if (running_.empty()) return plan;
-  // Decode tokens first (one each), then prefill chunks, within the budget.
+  // Decode tokens first (one each), then prefill chunks within the budget, shared between
+  // tenants (scheduler_fairness.cpp).
   int64_t budget = opts_.max_batch_tokens;
-  for (int pass = 0; pass < 2; pass++)
-    for (auto& sp : running_) {
-      Seq& s = *sp;
-      const int64_t remaining = (int64_t)s.tokens.size() - s.n_computed;
-      const bool decoding = remaining == 1;
-      if ((pass == 0) != decoding || budget <= 0) continue;
-      plan.push_back({&s, std::min(remaining, budget)});
-      budget -= plan.back().n;
-    }
+  for (auto& sp : running_) {
+    Seq& s = *sp;
+    if ((int64_t)s.tokens.size() - s.n_computed != 1 || budget <= 0) continue;
+    plan.push_back({&s, 1});
+    budget--;
+  }
+  plan_prefill(plan, budget);
   // Blocks for the plan; when the pool is exhausted preempt the newest running sequence that
   // has made progress since it last came back (possibly the one asking), so that no sequence
   // is preempted and readmitted in a loop without producing a token. A sequence alone that

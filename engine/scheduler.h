@@ -57,6 +57,9 @@ struct RequestParams {
   // requests of one scope. "" is the shared scope; the server names one per API key, per
   // cache_salt or per request (--prefix-cache-scope).
   std::string cache_scope;
+  // Who asked (the server: one per API key; "" for all when it has none). The scheduler shares
+  // admission, prefill and preemption fairly between tenants (scheduler_fairness.cpp).
+  std::string tenant;
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -142,8 +145,10 @@ class Scheduler {
   // thread may check a grammar with it before submitting (TokenMasker::check_start).
   std::shared_ptr<const grammar::TokenMasker> masker() const { return opts_.masker; }
 
+ public:
+  struct Seq;  // engine/scheduler_seq.h
+
  private:
-  struct Seq;
   struct Planned {  // a sequence and how many of its tokens this step computes (or logit rows)
     Seq* seq;
     int64_t n;
@@ -171,7 +176,12 @@ class Scheduler {
   void lookup_beside(Seq& s);
   uint64_t beside_hash(const Seq& s, int group, int64_t k) const;
   void preempt(Seq& s);
-  Seq* preemption_victim();  // the newest running sequence that made progress since its last preemption
+  // Of the tenant holding the most running sequences, the newest that made progress since its
+  // last preemption (fairness between tenants: scheduler_fairness.cpp).
+  Seq* preemption_victim();
+  size_t next_admission() const;     // the waiting sequence to admit next: the least-served tenant's
+  bool preempt_for_waiting_tenant();  // all slots taken and a tenant has none: free one of the largest's
+  void plan_prefill(std::vector<Planned>& plan, int64_t& budget);  // prefill chunks, the budget shared by tenant
   void release_blocks(Seq& s);
   void publish_full_blocks(Seq& s);
 

@@ -149,12 +149,6 @@ void Scheduler::preempt(Seq& s) {
   s.generated_at_preemption = s.n_generated;
 }
 
-Scheduler::Seq* Scheduler::preemption_victim() {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-    if ((*it)->n_generated > (*it)->generated_at_preemption) return it->get();
-  return nullptr;
-}
-
 void Scheduler::release_blocks(Seq& s) {
   // Last block first: the LRU then evicts a cached prefix from its end, and what stays cached
   // is still a prefix that a later request can reach from the start.

@@ -61,6 +61,27 @@ bool constant_time_equal(std::string_view expected, std::string_view given) {
   return diff == 0;
 }
 
+KeyMatch AccessPolicy::match_key(const HttpRequest& r) const {
+  const std::string_view given = bearer_token(r);
+  KeyMatch m;
+  size_t index = 0;
+  for (size_t i = 0; i < o_.api_keys.size(); i++) {
+    const bool eq = constant_time_equal(o_.api_keys[i], given);
+    index = eq ? i : index;
+    m.known |= eq;
+  }
+  bool op = false;
+  for (size_t i = 0; i < o_.operator_keys.size(); i++) {
+    const bool eq = constant_time_equal(o_.operator_keys[i], given);
+    index = eq && !m.known ? i : index;
+    op |= eq && !m.known;
+  }
+  m.operator_key = op;
+  m.known |= op;
+  if (m.known) m.tenant = fmt::format("{}{}", op ? "operator" : "key", index);
+  return m;
+}
+
 bool AccessPolicy::host_allowed(std::string_view host) const {
   std::string name;
   int port = 0;
@@ -100,12 +121,8 @@ std::optional<Refusal> AccessPolicy::check(const HttpRequest& r, bool needs_key)
                    fmt::format("cross-origin requests from '{}' are not allowed (start the server with --allow-origin ORIGIN)",
                                *origin),
                    "permission_error"};
-  if (needs_key && !o_.api_keys.empty()) {
-    const std::string_view given = bearer_token(r);
-    bool known = false;  // every key compared, whichever matches: the time says nothing of which
-    for (const std::string& k : o_.api_keys) known |= constant_time_equal(k, given);
-    if (!known) return Refusal{401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error"};
-  }
+  if (needs_key && keyed() && !match_key(r).known)
+    return Refusal{401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error"};
   if (r.method == "POST") {
     const auto ct = r.header("Content-Type");
     const std::string media = ct ? lower(trim_ows(ct->substr(0, ct->find(';')))) : "";

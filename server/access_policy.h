@@ -14,10 +14,21 @@ namespace tandem::server {
 
 struct AccessOptions {
   std::vector<std::string> api_keys;      // none: no key needed; several: one per tenant
+  // Keys that also see the server-wide /metrics (a tenant's key sees its own requests only).
+  // They are valid wherever an API key is, each a tenant of its own.
+  std::vector<std::string> operator_keys;
   std::string bind_host = "127.0.0.1";    // the address the server listens on
   int port = 0;
   std::vector<std::string> allowed_origins;  // cross-origin pages allowed ("*" for any)
   std::vector<std::string> allowed_hosts;    // more Host names (e.g. a DNS name the server is reached by)
+};
+
+// Which configured key a request presented: a tenant's name ("key<i>" or "operator<i>", never
+// the key itself), or none.
+struct KeyMatch {
+  bool known = false;
+  bool operator_key = false;
+  std::string tenant;  // "" when the server has no keys or the request presented none it knows
 };
 
 struct Refusal {
@@ -37,6 +48,9 @@ class AccessPolicy {
   void set_port(int port) { o_.port = port; }
   // nullopt: go on. `needs_key`: the endpoint is behind the API key (/v1/*, /metrics).
   std::optional<Refusal> check(const HttpRequest& header_only, bool needs_key) const;
+  // Every key compared whichever matches (the time says nothing of which); constant time.
+  KeyMatch match_key(const HttpRequest& r) const;
+  bool keyed() const { return !o_.api_keys.empty() || !o_.operator_keys.empty(); }
   bool host_allowed(std::string_view host) const;
   bool origin_allowed(std::string_view origin) const;
   // CORS response fields for an allowed cross-origin request (none for same-origin ones).

@@ -76,9 +76,9 @@ struct ToolOutput {
 class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
  public:
   CompletionRun(EndpointContext& ctx, bool chat, ParsedRequest pr, int n_prompt, std::shared_ptr<ResponseWriter> w, HttpHeaders extra,
-                std::optional<ToolOutput> tools = std::nullopt)
+                std::string tenant, std::optional<ToolOutput> tools = std::nullopt)
       : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
-        text_(pr_.stop), tool_output_(std::move(tools)) {
+        tenant_(std::move(tenant)), text_(pr_.stop), tool_output_(std::move(tools)) {
     if (tool_output_)
       tool_stream_ = std::make_unique<ToolCallStream>(tool_output_->family, pr_.parallel_tool_calls ? SIZE_MAX : 1);
   }
@@ -155,8 +155,8 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     if (it.accepted) return on_accepted(it.id);
     const SeqEvent& e = it.e;
     if (e.finish != FinishReason::None) return on_finish(e);
-    if (last_token_s_ < 0) ctx_.metrics.observe_ttft(it.at_s);
-    else ctx_.metrics.observe_tpot(it.at_s - last_token_s_);
+    if (last_token_s_ < 0) ctx_.metrics.observe_ttft(it.at_s, tenant_);
+    else ctx_.metrics.observe_tpot(it.at_s - last_token_s_, tenant_);
     last_token_s_ = it.at_s;
     if (text_.stopped() || calls_complete_) return;  // tokens the engine made before it saw our cancel
     completion_tokens_++;
@@ -225,7 +225,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 
   void on_accepted(Result<int64_t>& id) {
     if (!id.ok()) {
-      ctx_.metrics.request_rejected();
+      ctx_.metrics.request_rejected(tenant_);
       done_ = true;
       return w_->respond(json_response(400, error_body(id.error().message, "invalid_request_error"), extra_));
     }
@@ -235,7 +235,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       id_ = id.value();
       gone = gone_;
     }
-    ctx_.metrics.request_started();
+    ctx_.metrics.request_started(tenant_);
     started_ = true;
     if (gone) ctx_.loop.cancel(id_);
     rid_ = fmt::format("{}-{}", chat_ ? "chatcmpl" : "cmpl", id_);
@@ -250,7 +250,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     done_ = true;
     n_cached_ = e.n_cached;
     std::string reason = finish_name(e.finish, text_.stopped() || calls_complete_);
-    ctx_.metrics.request_finished(reason);
+    ctx_.metrics.request_finished(reason, tenant_, e.n_prompt, e.n_cached, e.n_generated);
     if (e.finish == FinishReason::Error) return fail(e.error, e.over_budget);
     std::string rest = text_.flush();
     std::vector<ToolCall> calls;
@@ -347,6 +347,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   const int n_prompt_;
   std::shared_ptr<ResponseWriter> w_;
   const HttpHeaders extra_;
+  const std::string tenant_;  // the API key's tenant ("" without keys): metrics per key
   Timer since_arrival_;
   const int64_t created_ = (int64_t)std::time(nullptr);
 
@@ -385,8 +386,10 @@ Result<std::shared_ptr<const grammar::Grammar>> compile_constraint(const ParsedR
 
 void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std::shared_ptr<ResponseWriter> w, HttpHeaders extra) {
   const char* prompt_param = chat ? "messages" : "prompt";
+  // The key's tenant: its metrics, and its fair share of the engine's admission and prefill.
+  const std::string tenant = ctx.access ? ctx.access->match_key(req).tenant : std::string();
   auto reject = [&](int status, const std::string& message, const std::string& param = "") {
-    ctx.metrics.request_rejected();
+    ctx.metrics.request_rejected(tenant);
     w->respond(json_response(status, error_body(message, "invalid_request_error", param), extra));
   };
   auto body = parse_json_body(req.body);
@@ -459,8 +462,10 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   rp.speculative = pr.speculative;
   rp.grammar = constraint;
   rp.cache_scope = cache_scope_for(ctx.cache_scope, ctx.keyed ? bearer_token(req) : std::string_view(), pr.cache_salt);
+  rp.tenant = tenant;
   const int n_prompt = (int)rp.prompt.size();
-  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra), std::move(tool_output));
+  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra), tenant,
+                                           std::move(tool_output));
   run->submit(std::move(rp));
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "server/access_policy.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/serving_loop.h"
@@ -47,6 +48,8 @@ struct EndpointContext {
   bool keyed = false;  // the server has API keys (Key scope tells tenants apart by them)
   // Set while the server drains: a request the engine ends for shutdown is answered 503.
   const std::atomic<bool>* draining = nullptr;
+  // Who presented which key: a request's tenant, for its metrics and fair scheduling.
+  const AccessPolicy* access = nullptr;
 };
 
 // On a worker thread. `extra` fields go on every response (CORS).

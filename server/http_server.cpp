@@ -76,10 +76,11 @@ HttpServer::HttpServer(const Model& model, const Tokenizer& tok, const ChatTempl
                        ServerOptions opts)
     : opts_(std::move(opts)),
       metrics_(metrics),
-      access_(AccessOptions{opts_.api_keys, opts_.host, opts_.port, opts_.allowed_origins, opts_.allowed_hosts}),
+      access_(AccessOptions{opts_.api_keys, opts_.operator_keys, opts_.host, opts_.port, opts_.allowed_origins,
+                            opts_.allowed_hosts}),
       transport_(*this, with_body_limit(opts_.limits, opts_.max_body_bytes), opts_.io_threads, opts_.worker_threads),
       ctx_{model, tok, chat, loop, metrics, opts_.model_name, transport_.work_queue(), longest_token_bytes(tok),
-           opts_.allow_special_in_messages, opts_.prefix_cache_scope, !opts_.api_keys.empty(), &draining_} {}
+           opts_.allow_special_in_messages, opts_.prefix_cache_scope, access_.keyed(), &draining_, &access_} {}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -157,6 +158,11 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
   return std::nullopt;
 }
 
+bool HttpServer::privileged(const HttpRequest& r) {
+  if (route(r) == Route::Health) return true;  // a monitor must always get its answer
+  return access_.keyed() && access_.match_key(r).known;
+}
+
 std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
   switch (route(r)) {
     case Route::Health:  // 503 while draining: a load balancer stops sending here
@@ -166,8 +172,12 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
       if (const Collectives* ranks = ctx_.model.collectives(); ranks && ranks->failed())
         return HttpResponse{503, "application/json", R"({"status":"a tensor-parallel rank failed"})", {}, false};
       return HttpResponse{200, "application/json", R"({"status":"ok"})", {}, false};
-    case Route::Metrics:
-      return HttpResponse{200, "text/plain; version=0.0.4", metrics_.render(), access_.cors_headers(r), false};
+    case Route::Metrics: {  // a tenant sees its own requests; the server-wide view is an operator's
+      const KeyMatch key = access_.match_key(r);
+      const bool whole = !access_.keyed() || key.operator_key;
+      return HttpResponse{200, "text/plain; version=0.0.4", whole ? metrics_.render() : metrics_.render_tenant(key.tenant),
+                          access_.cors_headers(r), false};
+    }
     case Route::Models: {
       const ojson j = {{"object", "list"},
                        {"data", ojson::array({{{"id", opts_.model_name}, {"object", "model"}, {"created", (int64_t)std::time(nullptr)},

@@ -39,6 +39,9 @@ struct ServerOptions {
   // When set, /v1/*, /metrics and the token endpoints need "Authorization: Bearer <one of them>";
   // each key is a tenant for --prefix-cache-scope key.
   std::vector<std::string> api_keys;
+  // Keys that also read the server-wide /metrics (with api_keys, a key's /metrics shows only
+  // its own requests).
+  std::vector<std::string> operator_keys;
   PrefixCacheScope prefix_cache_scope = PrefixCacheScope::Key;
   size_t max_body_bytes = 4u << 20;   // larger bodies get 413 (copied into limits)
   std::string model_name = "tandem";
@@ -71,6 +74,7 @@ class HttpServer : public HttpHandler {
 
   std::optional<HttpResponse> check_header(const HttpRequest& r) override;
   std::optional<HttpResponse> answer_inline(const HttpRequest& r) override;
+  bool privileged(const HttpRequest& header_only) override;
   void handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) override;
 
  private:

@@ -24,6 +24,9 @@ HttpResponse busy_answer() {
   return r;
 }
 
+// Answers up to this size are sent whatever the unsent budget says.
+constexpr size_t kAlwaysSentAnswerBytes = 4096;
+
 // An output buffer past this is freed once written rather than kept for the connection's life.
 constexpr size_t kKeptBufferBytes = 64u << 10;
 
@@ -133,6 +136,8 @@ Session::~Session() {
   std::lock_guard<std::mutex> l(shared_->mu);
   shared_->sessions.erase(registry_pos);
   shared_->open--;
+  if (auto it = shared_->open_per_peer.find(peer); it != shared_->open_per_peer.end() && --it->second <= 0)
+    shared_->open_per_peer.erase(it);
   shared_->cv.notify_all();
 }
 
@@ -186,7 +191,10 @@ void Session::read_header() {
   parser_.emplace();
   parser_->header_limit((std::uint32_t)shared_->limits.max_header_bytes);
   parser_->body_limit(shared_->limits.max_body_bytes);
-  arm_read_timer(shared_->limits.header_timeout, ReadPhase::Header);
+  // A reserved slot is for a client that has its request ready, not for one that dawdles.
+  arm_read_timer(reserved_slot ? std::min(shared_->limits.header_timeout, std::chrono::milliseconds(1000))
+                               : shared_->limits.header_timeout,
+                 ReadPhase::Header);
   http::async_read_header(socket_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
@@ -209,6 +217,20 @@ void Session::on_header(beast::error_code ec) {
   if (auto bad = check_framing(req)) {  // the body's length or the request's meaning is uncertain: answer and close
     reading_ = false;
     return refuse(error_response(bad->status, bad->message));
+  }
+  if (reserved_slot) {  // the last slots: only for requests with a valid key, and health checks
+    bool ok = false;
+    try {
+      ok = shared_->handler.privileged(req);
+    } catch (const std::exception&) {
+    }
+    if (!ok) {
+      reading_ = false;
+      HttpResponse busy = error_response(503, "too many open connections (the last slots are kept for authenticated clients)",
+                                         "server_error");
+      busy.headers.emplace_back("Retry-After", "1");
+      return refuse(std::move(busy));
+    }
   }
   const bool keep_alive = h.keep_alive();
   const bool head = req.method == "HEAD";
@@ -359,11 +381,15 @@ void Session::writer_respond(Writer* w, HttpResponse r) {
   const bool keep = p.keep_alive && !r.close;
   std::string bytes = serialize_response(r, keep, !p.head);
   r = HttpResponse{};  // its body is copied: free it before the bytes wait for the client
-  // Error answers are small and always go out.
-  const bool reserved = admit_unsent(bytes.size());
-  if (!reserved) {
-    shed_stalled_writers(shared_);
-    bytes = serialize_response(busy_answer(), keep, !p.head);
+  // Small answers (errors, /health, a short completion) always go out: counted, past the
+  // budget or not. A spike of unread answers must not make a health check fail.
+  bool reserved = false;
+  if (bytes.size() > kAlwaysSentAnswerBytes) {
+    reserved = admit_unsent(bytes.size());
+    if (!reserved) {
+      shed_stalled_writers(shared_);
+      bytes = serialize_response(busy_answer(), keep, !p.head);
+    }
   }
   append(std::move(bytes), reserved);
   complete_slot(keep);

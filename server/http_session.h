@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -34,6 +35,7 @@ struct TransportShared {
   std::condition_variable cv;
   std::list<std::weak_ptr<Session>> sessions;  // guarded by mu
   int open = 0;                                // guarded by mu
+  std::map<std::string, int> open_per_peer;   // guarded by mu: open connections by peer address
   std::atomic<bool> stopping{false};
   std::atomic<size_t> body_bytes{0};  // reserved by bodies being read or held (max_inflight_body_bytes)
   std::atomic<size_t> unsent_bytes{0};  // in the sessions' out_ and writing_, not yet written (max_unsent_answer_bytes)
@@ -58,6 +60,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void start();
   void close();  // at once: sockets closed, the active handler told the client is gone
   std::list<std::weak_ptr<Session>>::iterator registry_pos;
+  std::string peer;          // the peer's address (open_per_peer's key)
+  bool reserved_slot = false;  // in HttpLimits::reserved_connections: privileged requests only
 
   // From a ResponseWriter, on the strand.
   class Writer;

@@ -128,12 +128,24 @@ struct HttpTransport::Impl {
         return;
       }
       std::shared_ptr<Session> s;
+      beast::error_code addr_ec;
+      const auto remote = socket.remote_endpoint(addr_ec);
+      const std::string peer = addr_ec ? std::string() : remote.address().to_string();
       {
         std::lock_guard<std::mutex> l(shared->mu);
-        if (shared->open < shared->limits.max_connections) {
+        const HttpLimits& lim = shared->limits;
+        const int per_peer = lim.max_connections_per_peer > 0 ? lim.max_connections_per_peer : std::max(1, lim.max_connections / 2);
+        const int reserved = lim.reserved_connections > 0 ? lim.reserved_connections : std::max(1, lim.max_connections / 8);
+        int& mine = shared->open_per_peer[peer];
+        if (shared->open < lim.max_connections && mine < per_peer) {
           s = std::make_shared<Session>(std::move(socket), shared);
+          s->peer = peer;
+          s->reserved_slot = shared->open >= lim.max_connections - reserved;
           shared->open++;
+          mine++;
           s->registry_pos = shared->sessions.insert(shared->sessions.end(), s);
+        } else if (mine == 0) {
+          shared->open_per_peer.erase(peer);
         }
       }
       if (s) {

@@ -33,6 +33,13 @@ struct HttpLimits {
   // connections could each hold a 4 MiB body.
   size_t max_inflight_body_bytes = size_t{256} << 20;
   int max_connections = 1024;           // open at once; more get a 503 and are closed
+  // One peer address holds at most this many (0: max_connections / 2), so one client cannot
+  // take every slot. A proxy in front of the server is one peer: raise it there.
+  int max_connections_per_peer = 0;
+  // The last slots (0: max_connections / 8, at least 1) serve only requests the handler calls
+  // privileged (a valid API key, /health): an unauthenticated flood that takes every other
+  // slot leaves these to the tenants and to monitors. Such a connection has 1 s for a header.
+  int reserved_connections = 0;
   int max_pipelined = 8;                // requests read ahead of their answers on one connection
   std::chrono::milliseconds header_timeout{10'000};  // whole header, from its first byte: 408
   std::chrono::milliseconds body_timeout{60'000};    // whole body, from the end of the header: 408
@@ -102,6 +109,9 @@ class HttpHandler {
   // On an io thread, once the header is read and before any of the body: a response refuses
   // the request without reading its body (the connection is closed after it).
   virtual std::optional<HttpResponse> check_header(const HttpRequest& header_only) = 0;
+  // On an io thread, for a connection in a reserved slot (HttpLimits::reserved_connections):
+  // whether this request may use it (an authenticated client, a health check).
+  virtual bool privileged(const HttpRequest& header_only) { (void)header_only; return false; }
   // On an io thread: the answer to a cheap request (/health), or nullopt to run handle().
   virtual std::optional<HttpResponse> answer_inline(const HttpRequest& r) = 0;
   // On a worker thread. It may return before answering: the writer outlives it.

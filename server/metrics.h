@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -32,22 +33,40 @@ struct Gauges {
   double tokens_per_s = 0;  // generated tokens per second over the last few seconds
 };
 
+// Every counter twice: for the whole server and for the tenant (API key) of the request, so a
+// tenant's /metrics shows its own requests only: another tenant's prompt and output lengths
+// and cache hits must not be readable from counter deltas. "" is the tenant of a server without
+// keys (its view is the whole server's).
 class Metrics {
  public:
   Metrics();
-  void request_started();
-  void request_finished(const std::string& reason);  // "stop", "length", "cancelled", "error"
-  void request_rejected();                           // 4xx before reaching the engine
-  void observe_ttft(double s);
-  void observe_tpot(double s);
+  void request_started(const std::string& tenant = "");
+  // "stop", "length", "cancelled", "error"; the request's prompt, cached and generated tokens.
+  void request_finished(const std::string& reason, const std::string& tenant = "", int64_t prompt_tokens = 0,
+                        int64_t cached_tokens = 0, int64_t generated_tokens = 0);
+  void request_rejected(const std::string& tenant = "");  // 4xx before reaching the engine
+  void observe_ttft(double s, const std::string& tenant = "");
+  void observe_tpot(double s, const std::string& tenant = "");
   void set_gauges(const Gauges& g);
+  // The whole server: every counter and the engine's gauges (KV blocks, queue, steps).
   std::string render() const;
+  // One tenant's own requests: its counters and histograms, nothing engine-wide.
+  std::string render_tenant(const std::string& tenant) const;
 
  private:
+  struct Counters {
+    Counters();
+    Histogram ttft, tpot;
+    uint64_t started = 0, rejected = 0;
+    uint64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0;
+    uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  };
+  Counters* tenant_locked(const std::string& tenant);  // null for "" (the server's own view)
+  std::string render_counters(const Counters& c) const;
+
   mutable std::mutex mu_;
-  Histogram ttft_, tpot_;
-  uint64_t started_ = 0, rejected_ = 0;
-  uint64_t finished_stop_ = 0, finished_length_ = 0, finished_cancelled_ = 0, finished_error_ = 0;
+  Counters all_;
+  std::map<std::string, Counters> tenants_;  // at most one per configured key
   Gauges g_;
 };
 

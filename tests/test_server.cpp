@@ -312,12 +312,12 @@ TEST(AccessPolicy, KeyHostOriginContentType) {
   EXPECT_FALSE(constant_time_equal("sekrit", "sekrit2"));
   EXPECT_FALSE(constant_time_equal("sekrit", ""));
   EXPECT_FALSE(constant_time_equal("sekrit", "sek"));
-  AccessPolicy p(AccessOptions{{"k"}, "127.0.0.1", 8080, {"https://app.example"}, {"llm.lan"}});
+  AccessPolicy p(AccessOptions{{"k"}, {}, "127.0.0.1", 8080, {"https://app.example"}, {"llm.lan"}});
   for (const char* ok : {"127.0.0.1:8080", "localhost:8080", "LOCALHOST:8080", "[::1]:8080", "llm.lan", "llm.lan:443"})
     EXPECT_TRUE(p.host_allowed(ok)) << ok;
   for (const char* bad : {"evil.example:8080", "127.0.0.1:8081", "127.0.0.1", "", "[::1", "127.0.0.1:80a", "10.0.0.1:8080"})
     EXPECT_FALSE(p.host_allowed(bad)) << bad;
-  AccessPolicy any(AccessOptions{{}, "0.0.0.0", 8080, {}, {}});
+  AccessPolicy any(AccessOptions{{}, {}, "0.0.0.0", 8080, {}, {}});
   EXPECT_TRUE(any.host_allowed("10.0.0.1:8080"));  // bound to every interface: IP literals are fine
   EXPECT_FALSE(any.host_allowed("rebind.evil.example:8080"));
   EXPECT_TRUE(p.origin_allowed("http://127.0.0.1:8080"));
@@ -371,6 +371,7 @@ class TestHandler : public HttpHandler {
     if (r.path() == "/inline") return HttpResponse{200, "text/plain", "inline", {}, false};
     return std::nullopt;
   }
+  bool privileged(const HttpRequest& r) override { return r.header("Authorization") == std::string_view("Bearer ok"); }
   void handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) override {
     bodies_read++;
     if (r.path() == "/throw") throw std::runtime_error("boom");
@@ -409,6 +410,8 @@ struct TransportFixture : ::testing::Test {
     l.header_timeout = std::chrono::milliseconds(400);
     l.idle_timeout = std::chrono::milliseconds(600);
     l.max_connections = 8;
+    l.max_connections_per_peer = 8;
+    l.reserved_connections = 1;
     return l;
   }
 };
@@ -518,6 +521,57 @@ TEST_F(TransportFixture, DeadlinesAndConnectionLimit) {
   send_all(fds[0], "GET /inline HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_NE(read_until_quiet(fds[0], 300).find("inline"), std::string::npos);
   for (int fd : fds) ::close(fd);
+}
+
+// Issue 45: an unauthenticated client holding every slot made every tenant and /health get
+// 503. One peer holds at most its cap, and the last slots serve privileged requests only.
+TEST_F(TransportFixture, OnePeerCannotTakeEverySlotAndTheLastAreKept) {
+  HttpLimits l = small();
+  l.max_connections = 8;
+  l.max_connections_per_peer = 3;
+  l.reserved_connections = 2;
+  start(l);
+  auto wait_open = [&](int n) {
+    for (int i = 0; i < 300 && t->open_connections() != n; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return t->open_connections();
+  };
+  // Loopback dials from 127.0.0.1 and from other 127/8 addresses are different peers.
+  auto dial_from = [&](const char* source) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &src.sin_addr);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src), 0);
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons((uint16_t)t->port());
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst), 0);
+    return fd;
+  };
+  std::vector<int> a;
+  for (int i = 0; i < 3; i++) a.push_back(dial_from("127.0.0.2"));
+  ASSERT_EQ(wait_open(3), 3);
+  const int a4 = dial_from("127.0.0.2");  // past its peer's cap: refused at once
+  EXPECT_EQ(read_until_quiet(a4, 1000).substr(0, 12), "HTTP/1.1 503");
+  ::close(a4);
+  std::vector<int> b;
+  for (int i = 0; i < 3; i++) b.push_back(dial_from("127.0.0.3"));
+  ASSERT_EQ(wait_open(6), 6);
+  // Slots 7 and 8 are the reserved ones: a request without the key is refused there...
+  const int plain = dial_from("127.0.0.4");
+  send_all(plain, "GET /inline HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string refused = read_until_quiet(plain, 1000);
+  EXPECT_EQ(refused.substr(0, 12), "HTTP/1.1 503") << refused;
+  EXPECT_NE(refused.find("kept for authenticated clients"), std::string::npos) << refused;
+  ::close(plain);
+  // ...and one with it is served.
+  const int keyed = dial_from("127.0.0.4");
+  send_all(keyed, "GET /inline HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ok\r\n\r\n");
+  EXPECT_NE(read_until_quiet(keyed, 1000).find("inline"), std::string::npos);
+  ::close(keyed);
+  for (int fd : a) ::close(fd);
+  for (int fd : b) ::close(fd);
 }
 
 TEST_F(TransportFixture, ClientThatLeavesIsNoticedAndStopDoesNotWait) {

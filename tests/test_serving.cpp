@@ -517,6 +517,51 @@ TEST(Scheduler, NoSequenceIsPreemptedAgainBeforeItProgresses) {
   EXPECT_EQ(pool->used_blocks(), 0);
 }
 
+// Issue 45: one tenant's flood of long prompts pushed another tenant's first token from 15 ms
+// to 8.3 s (admission first come first served, prefill chunks oldest first). Now the prefill
+// budget is shared between tenants and admission and preemption favour the least served: B's
+// one request gets its first token within a few steps while A's 8 prompts are still
+// prefilling, its tokens equal greedy alone, and with every slot taken by A, B still gets one.
+TEST(Scheduler, TenantsShareAdmissionAndPrefill) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  for (int max_running : {64, 4}) {
+    auto pool = pool_for(*m, 128);
+    SchedulerOptions o;
+    o.max_batch_tokens = 16;
+    o.max_running = max_running;
+    Scheduler sched(*m, *pool, o);
+    Collected c;
+    for (int r = 0; r < 8; r++) {  // tenant A: 8 prompts of 60 tokens = 30 steps of prefill alone
+      RequestParams rp;
+      for (int t = 0; t < 60; t++) rp.prompt.push_back((r * 17 + t * 3) % 90 + 3);
+      rp.max_tokens = 8;
+      rp.sampling.temperature = 0;
+      rp.tenant = "A";
+      ASSERT_TRUE(sched.add(rp, c.callback()).ok());
+    }
+    ASSERT_TRUE(sched.step().ok());  // A is under way
+    RequestParams b;
+    for (int t = 0; t < 12; t++) b.prompt.push_back((t * 11) % 90 + 3);
+    b.max_tokens = 4;
+    b.sampling.temperature = 0;
+    b.tenant = "B";
+    auto bid = sched.add(b, c.callback());
+    ASSERT_TRUE(bid.ok());
+    int steps = 0;
+    while (c.tokens[bid.value()].empty() && steps < 200) {
+      ASSERT_TRUE(sched.step().ok());
+      steps++;
+    }
+    // Half of each step's 16 tokens: 12 prompt tokens in 2 steps (3 with a preemption first).
+    EXPECT_LE(steps, 3) << "max_running " << max_running;
+    run_all(sched);
+    EXPECT_EQ(c.tokens[bid.value()], greedy_alone(*m, b.prompt, 4));
+    EXPECT_EQ(c.finished.size(), 9u);
+    EXPECT_EQ(pool->used_blocks(), 0);
+  }
+}
+
 // Cache scopes: a block published in one scope is never a hit in another (nor in the shared
 // scope), so neither the KV nor the cached-token count crosses tenants.
 TEST(BlockPool, PrefixCacheScopesDoNotShare) {
