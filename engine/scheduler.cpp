@@ -136,6 +136,7 @@ void Scheduler::admit_waiting() {
       waiting_.erase(next);
       continue;
     }
+    if (!outgrown && preempt_for_blocks_of(s)) continue;  // a tenant with nothing running: room from the largest
     if (!outgrown && !running_.empty()) break;  // room comes back as others finish
     finish(s, FinishReason::Length, "the KV pool is full");
     waiting_.erase(next);
@@ -148,6 +149,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
   // Decode tokens first (one each), then prefill chunks within the budget, shared between
   // tenants (scheduler_fairness.cpp).
   int64_t budget = opts_.max_batch_tokens;
+  if (plan_first_tokens(plan, budget)) budget = 0;  // a waiting tenant's first tokens, alone
   for (auto& sp : running_) {
     Seq& s = *sp;
     if ((int64_t)s.tokens.size() - s.n_computed != 1 || budget <= 0) continue;

@@ -182,6 +182,9 @@ class Scheduler {
   size_t next_admission() const;     // the waiting sequence to admit next: the least-served tenant's
   bool preempt_for_waiting_tenant();  // all slots taken and a tenant has none: free one of the largest's
   void plan_prefill(std::vector<Planned>& plan, int64_t& budget);  // prefill chunks, the budget shared by tenant
+  bool preempt_for_blocks_of(const Seq& s);  // no blocks for s, its tenant has none running: free the largest's
+  // A step of only the prefills of tenants that have nothing decoding, when they fit: true if planned.
+  bool plan_first_tokens(std::vector<Planned>& plan, int64_t budget);
   void release_blocks(Seq& s);
   void publish_full_blocks(Seq& s);
 

@@ -70,6 +70,48 @@ Scheduler::Seq* Scheduler::preemption_victim() {
   return best;
 }
 
+bool Scheduler::preempt_for_blocks_of(const Seq& s) {
+  // `s` cannot be admitted for want of blocks. If its tenant has nothing running while
+  // another tenant does, the largest tenant gives up its newest sequence (it comes back later
+  // from its tokens so far); else `s` waits for blocks as everyone does.
+  const auto running = running_per_tenant(running_);
+  if (running.count(s.params.tenant) || running.empty()) return false;
+  Seq* victim = preemption_victim();
+  if (!victim) return false;
+  preempt(*victim);
+  auto rit = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == victim; });
+  waiting_.push_back(std::move(*rit));
+  running_.erase(rit);
+  return true;
+}
+
+bool Scheduler::plan_first_tokens(std::vector<Planned>& plan, int64_t budget) {
+  // Tenants with a prompt to prefill and nothing decoding wait for their first token. When
+  // all their prompts fit this step's budget and others are decoding, the step is theirs
+  // alone: their first token then waits for one short pass, not for a pass of everyone's
+  // batch (a 32-stream batch's step is ~25x a short prompt's on a CPU).
+  if (running_.empty()) return false;
+  std::map<std::string_view, bool> decoding;  // tenant -> has a decoding sequence
+  for (const auto& sp : running_) {
+    bool& d = decoding[sp->params.tenant];
+    d = d || (int64_t)sp->tokens.size() - sp->n_computed == 1;
+  }
+  std::vector<Seq*> first;
+  int64_t tokens = 0;
+  bool others_decode = false;
+  for (const auto& sp : running_) {
+    const bool starved = !decoding[sp->params.tenant];
+    if (!starved) others_decode = true;
+    if (starved && (int64_t)sp->tokens.size() - sp->n_computed > 1) {
+      first.push_back(sp.get());
+      tokens += (int64_t)sp->tokens.size() - sp->n_computed;
+    }
+  }
+  if (first.empty() || !others_decode || tokens > budget) return false;
+  for (Seq* s : first) plan.push_back({s, (int64_t)s->tokens.size() - s->n_computed});
+  return true;
+}
+
 void Scheduler::plan_prefill(std::vector<Planned>& plan, int64_t& budget) {
   // Sequences with prompt left, by tenant (oldest first within one). Each tenant gets an equal
   // share of the budget in turn; what a tenant cannot use goes to the others, so one tenant

@@ -562,6 +562,47 @@ TEST(Scheduler, TenantsShareAdmissionAndPrefill) {
   }
 }
 
+// The other half of issue 45's probe: A's streams are decoding and hold every KV block. B's
+// request takes blocks from A (its newest stream is preempted) and its prompt is prefilled in
+// a step of its own, so its first token comes after one short pass; A's tokens stay greedy.
+TEST(Scheduler, ATenantWithNothingRunningGetsBlocksAndAStep) {
+  auto m = tiny_model();
+  ASSERT_NE(m, nullptr);
+  auto pool = pool_for(*m, 16);  // 64 positions: A's 4 streams of 4 + 12 tokens fill them
+  SchedulerOptions o;
+  o.max_batch_tokens = 32;
+  Scheduler sched(*m, *pool, o);
+  Collected c;
+  std::map<int64_t, std::vector<int32_t>> prompts;
+  for (int r = 0; r < 4; r++) {
+    RequestParams rp;
+    for (int t = 0; t < 4; t++) rp.prompt.push_back((r * 19 + t * 7) % 90 + 3);
+    rp.max_tokens = 12;
+    rp.sampling.temperature = 0;
+    rp.tenant = "A";
+    auto id = sched.add(rp, c.callback());
+    ASSERT_TRUE(id.ok());
+    prompts[id.value()] = rp.prompt;
+  }
+  for (int k = 0; k < 12 && pool->free_blocks() > 0; k++) ASSERT_TRUE(sched.step().ok());  // A decoding
+  ASSERT_EQ(pool->free_blocks(), 0);
+  ASSERT_EQ(sched.n_running(), 4u);
+  RequestParams b;
+  for (int t = 0; t < 10; t++) b.prompt.push_back((t * 23) % 90 + 3);
+  b.max_tokens = 3;
+  b.sampling.temperature = 0;
+  b.tenant = "B";
+  auto bid = sched.add(b, c.callback());
+  ASSERT_TRUE(bid.ok());
+  ASSERT_TRUE(sched.step().ok());
+  EXPECT_EQ(c.tokens[bid.value()].size(), 1u) << "B's first token comes from the next step";
+  run_all(sched);
+  EXPECT_EQ(c.tokens[bid.value()], greedy_alone(*m, b.prompt, 3));
+  for (auto& [id, prompt] : prompts) EXPECT_EQ(c.tokens[id], greedy_alone(*m, prompt, 12));
+  EXPECT_GT(sched.stats().preemptions, 0);
+  EXPECT_EQ(pool->used_blocks(), 0);
+}
+
 // Cache scopes: a block published in one scope is never a hit in another (nor in the shared
 // scope), so neither the KV nor the cached-token count crosses tenants.
 TEST(BlockPool, PrefixCacheScopesDoNotShare) {
