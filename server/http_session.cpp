@@ -24,6 +24,9 @@ HttpResponse busy_answer() {
   return r;
 }
 
+// How long a connection in a reserved slot may wait for a header or idle (HttpLimits::reserved_connections).
+constexpr std::chrono::milliseconds kReservedSlotWait{1000};
+
 // Answers up to this size are sent whatever the unsent budget says.
 constexpr size_t kAlwaysSentAnswerBytes = 4096;
 
@@ -149,6 +152,12 @@ void Session::start() {
   do_read();
 }
 
+// A reserved slot is for a client that has its request ready, not for one that dawdles or
+// idles between requests: its waits are short, so a flood cannot sit on the kept slots.
+std::chrono::milliseconds Session::idle_limit() const {
+  return reserved_slot ? std::min(shared_->limits.idle_timeout, kReservedSlotWait) : shared_->limits.idle_timeout;
+}
+
 void Session::arm_read_timer(std::chrono::milliseconds d, ReadPhase phase) {
   phase_ = phase;
   read_timed_out_ = false;
@@ -170,7 +179,7 @@ void Session::do_read() {
   if (buffer_.size() > 0) return read_header();  // a pipelined request is already here
   // Wait for the first byte without a header deadline: while a request is being answered the
   // client may wait as long as it likes (and its leaving shows up here), otherwise idleness ends it.
-  if (queue_.empty()) arm_read_timer(shared_->limits.idle_timeout, ReadPhase::Idle);
+  if (queue_.empty()) arm_read_timer(idle_limit(), ReadPhase::Idle);
   else {
     read_timer_.cancel();
     phase_ = ReadPhase::None;
@@ -191,9 +200,7 @@ void Session::read_header() {
   parser_.emplace();
   parser_->header_limit((std::uint32_t)shared_->limits.max_header_bytes);
   parser_->body_limit(shared_->limits.max_body_bytes);
-  // A reserved slot is for a client that has its request ready, not for one that dawdles.
-  arm_read_timer(reserved_slot ? std::min(shared_->limits.header_timeout, std::chrono::milliseconds(1000))
-                               : shared_->limits.header_timeout,
+  arm_read_timer(reserved_slot ? std::min(shared_->limits.header_timeout, kReservedSlotWait) : shared_->limits.header_timeout,
                  ReadPhase::Header);
   http::async_read_header(socket_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
@@ -428,7 +435,7 @@ void Session::complete_slot(bool keep_alive) {
     flush();
   } else {
     maybe_dispatch();
-    if (queue_.empty() && reading_ && phase_ == ReadPhase::None) arm_read_timer(shared_->limits.idle_timeout, ReadPhase::Idle);
+    if (queue_.empty() && reading_ && phase_ == ReadPhase::None) arm_read_timer(idle_limit(), ReadPhase::Idle);
     do_read();
   }
   if (!active_) self_.reset();  // pending operations keep this alive from here

@@ -91,6 +91,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void refuse(HttpResponse r);  // answers with `r` after the queued ones and stops reading
   void drain_read();
   void arm_read_timer(std::chrono::milliseconds d, ReadPhase phase);
+  std::chrono::milliseconds idle_limit() const;  // the keep-alive wait (short in a reserved slot)
   void maybe_dispatch();
   void complete_slot(bool keep_alive);
   bool admit_unsent(size_t n);

@@ -12,6 +12,9 @@
   - Host, Origin and Content-Type guards, CORS for an allowed origin, a connection limit
   - a stop (SIGTERM) that does not wait on a stuck client
   - role forgery (control-token text in a message) and a hostile chat template (--chat-template-file)
+  - issue 45: bodies quadratic to parse, two Authorization headers, unknown /tokenize fields, and
+    tenants (API keys) that must not read each other's metrics, starve each other's first token,
+    or lose every connection slot to an unauthenticated flood (hostile_tenants.py)
 
 After each attack a normal request must be answered within a bound, the process must be alive
 and its RSS bounded; each bad input must get its 4xx. Exit 77 (CTest: skipped) without the model.
@@ -33,6 +36,7 @@ import time
 
 from hostile_harness import *  # noqa: F401,F403  (the server, the client helpers, check)
 from hostile_own_servers import *  # noqa: F401,F403  (checks that start servers of their own)
+from hostile_tenants import *  # noqa: F401,F403  (issue 45: parse bounds, tenants)
 
 
 def attack_utf8(srv):
@@ -634,7 +638,7 @@ def main():
         healthy(srv, "baseline")
         for attack in (attack_utf8, attack_nesting, attack_slow_and_idle, attack_pipelining, attack_limits, attack_body_budget, attack_stuck_reader,
                        attack_vanishing, attack_origin, attack_request_lists, attack_nested_fields, attack_framing,
-                       attack_unread_answers):
+                       attack_unread_answers, quadratic_json_checks, header_and_field_checks):
             t = time.time()
             attack(srv)
             print(f"     [{attack.__name__}: {time.time() - t:.1f} s]")
@@ -667,6 +671,7 @@ def main():
     preemption_checks(a.tandem, a.model)
     drain_checks(a.tandem, a.model)
     grammar_budget_checks(a.tandem, a.model)
+    tenant_checks(a.tandem, a.model)
 
     # The API key from a file (and the environment), a connection limit, an allowed origin.
     key = "k-" + os.urandom(12).hex()
