@@ -109,7 +109,8 @@ Command add_serve_command(CLI::App& app) {
       ->take_all();
   sub->add_option("--max-connections", a->max_connections, "open connections at most; more get 503")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--max-connections-per-client", a->max_connections_per_client,
-                  "open connections one client address may hold (default: half of --max-connections; raise it behind a proxy)")
+                  "ordinary connection slots one client address may hold, past which it gets only the reserved slots "
+                  "(default: half of --max-connections with API keys, else no cap; raise it behind a proxy)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--reserved-connections", a->reserved_connections,
                   "the last connection slots, kept for requests with a valid API key and /health (default: an eighth of "

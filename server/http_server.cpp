@@ -11,8 +11,11 @@ namespace tandem::server {
 
 namespace {
 
-HttpLimits with_body_limit(HttpLimits l, size_t max_body) {
+// The transport's limits as this server uses them: its body cap, and with API keys (tenants who
+// may share nothing else), a cap per client address unless one was set.
+HttpLimits transport_limits(HttpLimits l, size_t max_body, bool keyed) {
   l.max_body_bytes = max_body;
+  if (keyed && l.max_connections_per_peer == 0) l.max_connections_per_peer = std::max(1, l.max_connections / 2);
   return l;
 }
 
@@ -78,7 +81,8 @@ HttpServer::HttpServer(const Model& model, const Tokenizer& tok, const ChatTempl
       metrics_(metrics),
       access_(AccessOptions{opts_.api_keys, opts_.operator_keys, opts_.host, opts_.port, opts_.allowed_origins,
                             opts_.allowed_hosts}),
-      transport_(*this, with_body_limit(opts_.limits, opts_.max_body_bytes), opts_.io_threads, opts_.worker_threads),
+      transport_(*this, transport_limits(opts_.limits, opts_.max_body_bytes, access_.keyed()), opts_.io_threads,
+                 opts_.worker_threads),
       ctx_{model, tok, chat, loop, metrics, opts_.model_name, transport_.work_queue(), longest_token_bytes(tok),
            opts_.allow_special_in_messages, opts_.prefix_cache_scope, access_.keyed(), &draining_, &access_} {}
 
@@ -173,8 +177,10 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
         return HttpResponse{503, "application/json", R"({"status":"a tensor-parallel rank failed"})", {}, false};
       return HttpResponse{200, "application/json", R"({"status":"ok"})", {}, false};
     case Route::Metrics: {  // a tenant sees its own requests; the server-wide view is an operator's
+      // A server with one API key (or none) has one tenant: its view is the whole server's (the
+      // chat page's KV view reads the pool's gauges there).
       const KeyMatch key = access_.match_key(r);
-      const bool whole = !access_.keyed() || key.operator_key;
+      const bool whole = opts_.api_keys.size() <= 1 || key.operator_key;
       return HttpResponse{200, "text/plain; version=0.0.4", whole ? metrics_.render() : metrics_.render_tenant(key.tenant),
                           access_.cors_headers(r), false};
     }

@@ -139,7 +139,8 @@ Session::~Session() {
   std::lock_guard<std::mutex> l(shared_->mu);
   shared_->sessions.erase(registry_pos);
   shared_->open--;
-  if (auto it = shared_->open_per_peer.find(peer); it != shared_->open_per_peer.end() && --it->second <= 0)
+  if (reserved_slot) shared_->open_reserved--;
+  else if (auto it = shared_->open_per_peer.find(peer); it != shared_->open_per_peer.end() && --it->second <= 0)
     shared_->open_per_peer.erase(it);
   shared_->cv.notify_all();
 }

@@ -35,7 +35,8 @@ struct TransportShared {
   std::condition_variable cv;
   std::list<std::weak_ptr<Session>> sessions;  // guarded by mu
   int open = 0;                                // guarded by mu
-  std::map<std::string, int> open_per_peer;   // guarded by mu: open connections by peer address
+  int open_reserved = 0;                       // guarded by mu: of `open`, in reserved slots
+  std::map<std::string, int> open_per_peer;   // guarded by mu: connections in ordinary slots, by peer address
   std::atomic<bool> stopping{false};
   std::atomic<size_t> body_bytes{0};  // reserved by bodies being read or held (max_inflight_body_bytes)
   std::atomic<size_t> unsent_bytes{0};  // in the sessions' out_ and writing_, not yet written (max_unsent_answer_bytes)

@@ -132,20 +132,25 @@ struct HttpTransport::Impl {
       const auto remote = socket.remote_endpoint(addr_ec);
       const std::string peer = addr_ec ? std::string() : remote.address().to_string();
       {
+        // Ordinary slots (max_connections - reserved), at most max_connections_per_peer per
+        // address; past either, a reserved slot (privileged requests only) if one is free.
         std::lock_guard<std::mutex> l(shared->mu);
         const HttpLimits& lim = shared->limits;
-        const int per_peer = lim.max_connections_per_peer > 0 ? lim.max_connections_per_peer : std::max(1, lim.max_connections / 2);
-        const int reserved = lim.reserved_connections > 0 ? lim.reserved_connections : std::max(1, lim.max_connections / 8);
-        int& mine = shared->open_per_peer[peer];
-        if (shared->open < lim.max_connections && mine < per_peer) {
+        const int reserved = std::min(lim.max_connections, lim.reserved_connections > 0 ? lim.reserved_connections
+                                                                                          : std::max(1, lim.max_connections / 8));
+        const int ordinary_open = shared->open - shared->open_reserved;
+        const auto mine = shared->open_per_peer.find(peer);
+        const int held = mine == shared->open_per_peer.end() ? 0 : mine->second;
+        const bool ordinary = ordinary_open < lim.max_connections - reserved &&
+                              (lim.max_connections_per_peer <= 0 || held < lim.max_connections_per_peer);
+        if (ordinary || shared->open_reserved < reserved) {
           s = std::make_shared<Session>(std::move(socket), shared);
           s->peer = peer;
-          s->reserved_slot = shared->open >= lim.max_connections - reserved;
+          s->reserved_slot = !ordinary;
           shared->open++;
-          mine++;
+          if (ordinary) shared->open_per_peer[peer]++;
+          else shared->open_reserved++;
           s->registry_pos = shared->sessions.insert(shared->sessions.end(), s);
-        } else if (mine == 0) {
-          shared->open_per_peer.erase(peer);
         }
       }
       if (s) {

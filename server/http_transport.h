@@ -33,13 +33,14 @@ struct HttpLimits {
   // connections could each hold a 4 MiB body.
   size_t max_inflight_body_bytes = size_t{256} << 20;
   int max_connections = 1024;           // open at once; more get a 503 and are closed
-  // One peer address holds at most this many (0: max_connections / 2), so one client cannot
-  // take every slot. A proxy in front of the server is one peer: raise it there.
-  int max_connections_per_peer = 0;
   // The last slots (0: max_connections / 8, at least 1) serve only requests the handler calls
-  // privileged (a valid API key, /health): an unauthenticated flood that takes every other
-  // slot leaves these to the tenants and to monitors. Such a connection has 1 s for a header.
+  // privileged (a valid API key, /health), with 1 s to send a header or to idle: an
+  // unauthenticated flood that takes every other slot leaves these to tenants and monitors.
   int reserved_connections = 0;
+  // The other slots one peer address may hold (0: no cap; `serve` with API keys: half of
+  // max_connections). Past it, a peer's connections go to the reserved slots. A proxy in front
+  // of the server is one peer: raise it there.
+  int max_connections_per_peer = 0;
   int max_pipelined = 8;                // requests read ahead of their answers on one connection
   std::chrono::milliseconds header_timeout{10'000};  // whole header, from its first byte: 408
   std::chrono::milliseconds body_timeout{60'000};    // whole body, from the end of the header: 408

@@ -199,6 +199,13 @@ TEST(OpenAiTools, ListsAreCappedAndDuplicatesFoundByHashing) {
   EXPECT_EQ(refused_for({{"messages", {{{"role", "user"}, {"content", parts}}}}}), "messages[0].content");
   EXPECT_EQ(refused_for({{"prompt", "x"}, {"cache_salt", ""}}, false), "cache_salt");
   EXPECT_EQ(refused_for({{"prompt", "x"}, {"cache_salt", "tenant-a"}}, false), "");
+  // ignore_eos (vLLM's and llama-server's): a boolean.
+  EXPECT_EQ(refused_for({{"prompt", "x"}, {"ignore_eos", "yes"}}, false), "ignore_eos");
+  std::string bad;
+  auto r = parse_request({{"prompt", "x"}, {"ignore_eos", true}}, false, 1, &bad);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->ignore_eos);
+  EXPECT_FALSE(parse_request({{"prompt", "x"}}, false, 1, &bad)->ignore_eos);
 }
 
 TEST(OpenAiConstraint, ResponseFormatAndGrammar) {
