@@ -178,7 +178,7 @@ Command add_bench_command(CLI::App& app) {
           e["tensor_parallel"] = {{"ranks", ranks->size()},
                                   {"collectives_per_token", (double)t.comm.calls / t.tokens},
                                   {"bytes_per_token", (double)t.comm.bytes / t.tokens},
-                                  {"all_reduce_bytes_per_layer_per_token", 2.0 * c.n_embd * sizeof(float)},
+                                  {"gathered_bytes_per_layer_per_token", communication_cost(c, model.shard(), 1, 0).per_layer_bytes},
                                   {"collective_ms_per_token", 1e3 * t.comm.seconds / t.tokens},
                                   {"collective_share", t.best.seconds > 0 ? t.comm.seconds / (t.best.seconds * a->reps) : 0.0}};
         j[t.name] = e;
@@ -218,8 +218,9 @@ Command add_bench_command(CLI::App& app) {
                    spec->drafted, spec->drafted ? 100.0 * spec->accepted / spec->drafted : 0.0);
       }
       if (ranks) {
-        fmt::print("\ntensor parallel over {} ({}): each layer all-reduces 2 x {} bytes per token (attn_output, ffn_down)\n",
-                   ranks->size(), ranks->describe(), c.n_embd * sizeof(float));
+        fmt::print("\ntensor parallel over {} ({}): each layer gathers {} per token into rank 0 (the attention output and\n"
+                   "gated activation before attn_output and ffn_down, their outputs after)\n",
+                   ranks->size(), ranks->describe(), format_bytes(communication_cost(c, model.shard(), 1, 0).per_layer_bytes));
         for (const Test& t : tests)
           if (t.tokens > 0)
             fmt::print("{}: {:.1f} collectives, {} per token; {:.3f} ms per token in them, waits included ({:.1f}% of its time)\n",

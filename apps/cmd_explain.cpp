@@ -172,8 +172,8 @@ Command add_explain_command(CLI::App& app) {
                                                       st->n_drafted ? st->acceptance_rate() : -1.0, peaks, int8);
     const Collectives* ranks = model.collectives();
     const int n_ranks = ranks ? ranks->size() : 1;
-    const CommunicationCost pre_comm = communication_cost(model.config(), n_ranks, st->n_prompt, 1),
-                            dec_comm = communication_cost(model.config(), n_ranks, 1, 1);
+    const CommunicationCost pre_comm = communication_cost(model.config(), model.shard(), st->n_prompt, 1),
+                            dec_comm = communication_cost(model.config(), model.shard(), 1, 1);
     if (a->json) {
       nlohmann::ordered_json j = {{"model", model.config().name},
                                   {"prompt_tokens", st->n_prompt},
@@ -189,10 +189,10 @@ Command add_explain_command(CLI::App& app) {
                                   {"text", text}};
       if (ranks)
         j["tensor_parallel"] = {{"ranks", n_ranks},
-                                {"all_reduces_per_pass", dec_comm.all_reduces},
-                                {"all_reduce_bytes_per_layer_per_token", dec_comm.per_layer_bytes},
-                                {"prefill_all_reduce_bytes", pre_comm.all_reduce_bytes},
-                                {"decode_bytes_per_token", dec_comm.all_reduce_bytes + dec_comm.gather_bytes},
+                                {"collectives_per_pass", dec_comm.collectives},
+                                {"gathered_bytes_per_layer_per_token", dec_comm.per_layer_bytes},
+                                {"prefill_gathered_bytes", pre_comm.gathered_bytes},
+                                {"decode_bytes_per_token", dec_comm.gathered_bytes + dec_comm.all_reduce_bytes},
                                 {"decode_wire_bytes_per_rank_per_token", dec_comm.wire_bytes_per_rank(n_ranks)},
                                 {"collectives", ranks->stats().calls},
                                 {"collective_bytes", ranks->stats().bytes},
@@ -219,21 +219,24 @@ Command add_explain_command(CLI::App& app) {
         format_bytes(shape.kv_bytes_per_position));
     if (!verify.empty()) fmt::print("{}", verify_text(verify, *st, peaks.ridge(int8), shape));
     if (ranks) {
-      // The third roof: each pass all-reduces [tokens, n_embd] floats 2 x n_layer + 1 times and
-      // gathers the logits; a ring all-reduce sends 2 (N - 1) / N of each buffer per rank.
+      // The third roof: each pass gathers the attention output, the gated activation and both
+      // branch outputs per layer (what rank 0 receives: the other ranks' shares), all-reduces
+      // the embedding once, and gathers the logits.
       const CollectiveStats& cs = ranks->stats();
       const double wire = dec_comm.wire_bytes_per_rank(n_ranks), weights_s = shape.matmul_bytes / peaks.read_bytes_per_s;
-      fmt::print("\nNetwork: the weights above are this rank's 1/{} share. Each pass makes {} all-reduces of [tokens, {}] floats\n"
-                 "({} per layer per token) and gathers the logits: prefill all-reduced {}, decode moves {} per token\n"
-                 "({} on the wire per rank in a ring). This run: {} collectives, {}, {:.2f} ms in them, waits included\n"
-                 "({:.1f}% of prefill + decode). Over a link, decode pays that per token besides its {:.2f} ms of weight reads:\n",
-                 n_ranks, dec_comm.all_reduces, model.config().n_embd, format_bytes(dec_comm.per_layer_bytes),
-                 format_bytes(pre_comm.all_reduce_bytes), format_bytes(dec_comm.all_reduce_bytes + dec_comm.gather_bytes),
-                 format_bytes(wire), cs.calls, format_bytes((double)cs.bytes), cs.seconds * 1e3,
+      fmt::print("\nNetwork: the weights above are this rank's 1/{} share. Each pass makes {} collectives: per layer 4\n"
+                 "all-gathers (the attention output and gated activation before attn_output and ffn_down, their\n"
+                 "[tokens, {}] outputs after: rank 0 receives {} per token), the embedding's all-reduce and the\n"
+                 "logits' gather. Prefill received {}, decode {} per token ({} with the all-reduce's ring share).\n"
+                 "This run: {} collectives, {}, {:.2f} ms in them, waits included ({:.1f}% of prefill + decode).\n"
+                 "Over a link, decode pays that per token besides its {:.2f} ms of weight reads:\n",
+                 n_ranks, dec_comm.collectives, model.config().n_embd, format_bytes(dec_comm.per_layer_bytes),
+                 format_bytes(pre_comm.gathered_bytes), format_bytes(dec_comm.gathered_bytes), format_bytes(wire), cs.calls,
+                 format_bytes((double)cs.bytes), cs.seconds * 1e3,
                  st->prefill_s + st->decode_s > 0 ? 100 * cs.seconds / (st->prefill_s + st->decode_s) : 0.0, weights_s * 1e3);
       for (double gbit : {10.0, 25.0, 100.0}) {
         const double latency = 20e-6;  // per collective on Ethernet (TCP): an assumption, not measured here
-        const double net_s = wire / (gbit * 1e9 / 8) + (double)(dec_comm.all_reduces + 1) * latency;
+        const double net_s = wire / (gbit * 1e9 / 8) + (double)dec_comm.collectives * latency;
         fmt::print("  {:>5.0f} Gb/s (+{:.0f} us per collective): {:.2f} ms per token, {:.0f}% of the weight reads\n", gbit,
                    latency * 1e6, net_s * 1e3, 100 * net_s / weights_s);
       }

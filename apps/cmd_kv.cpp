@@ -15,6 +15,7 @@
 #include "kv/kv_planner.h"
 #include "kv/layer_groups.h"
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 
 namespace tandem::apps {
 
@@ -37,7 +38,8 @@ Command add_kv_command(CLI::App& app) {
   sub->add_option("--memory", a->memory, "memory budget for weights + KV, e.g. 24GiB; gpu: the GPU's free memory now");
   sub->add_option("--weights-bytes", a->weights, "weight bytes when no model is given, e.g. 140GB");
   sub->add_option("--tensor-parallel", a->ranks,
-                  "ranks the model is split over: every figure is one rank's (its K,V heads, 1/N of the weights; "
+                  "ranks the model is split over: every figure is rank 0's (its K,V heads, the most of any rank; 1/N of "
+                  "the weights; "
                   "--memory is each rank's)")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--kv-memory", a->kv_memory,
@@ -75,20 +77,18 @@ Command add_kv_command(CLI::App& app) {
       if (!w.ok()) return fail(w.error().message);
       in.weights_bytes = w.value();
     }
-    // Tensor parallel: a rank holds n_kv_head / N K,V heads, or one replicated head when
-    // n_kv_head < N (model/tensor_parallel.h), and its share of the weights.
+    // Tensor parallel: rank 0 holds the most K,V heads (model/tensor_parallel.h divides them,
+    // the first ranks one more when uneven, or replicates one per rank when n_kv_head < N),
+    // and about 1/N of the weights.
     const int all_kv_heads = in.n_kv_head;
     if (a->ranks > 1) {
-      if (in.n_kv_head % a->ranks == 0)
-        in.n_kv_head /= a->ranks;
-      else if (a->ranks % in.n_kv_head == 0)
-        in.n_kv_head = 1;
-      else
-        return fail(fmt::format("--tensor-parallel {}: {} K,V heads neither split nor replicate evenly over {} ranks",
-                                a->ranks, in.n_kv_head, a->ranks));
+      auto share = kv_head_share(in.n_kv_head, 0, a->ranks);
+      if (!share.ok()) return fail(fmt::format("--tensor-parallel {}: {}", a->ranks, share.error().message));
+      in.n_kv_head = share->count;
       in.weights_bytes /= (uint64_t)a->ranks;
-      what += fmt::format(", one rank of {} ({} of its {} K,V heads{})", a->ranks, in.n_kv_head, all_kv_heads,
-                          in.n_kv_head * a->ranks > all_kv_heads ? ", replicated" : "");
+      what += fmt::format(", rank 0 of {} ({} of its {} K,V heads{}{})", a->ranks, in.n_kv_head, all_kv_heads,
+                          share->replicated ? ", replicated" : "",
+                          all_kv_heads % a->ranks && !share->replicated ? ": the most any rank holds" : "");
     }
     auto dt = dtype_from_name(a->dtype);
     if (!dt.ok()) return fail(dt.error().message);

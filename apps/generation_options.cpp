@@ -34,7 +34,7 @@ void ModelLoadOptions::add_to(CLI::App* sub) {
                   "with q8: comma-separated tensor name parts whose products keep f32 activations (e.g. output,ffn_down); "
                   "none: every product 8-bit; auto (default): the output head on models under 500M parameters whose head is at most a third of them");
   sub->add_option("--tensor-parallel", tensor_parallel,
-                  "ranks to split the model over (Megatron-style, one per MPI process: mpirun -np N tandem ...); "
+                  "ranks to split the model over (by heads and rows, one per MPI process: mpirun -np N tandem ...); "
                   "0 (default): the MPI world's size")
       ->check(CLI::Range(0, 4096));
 }
@@ -256,14 +256,15 @@ void print_stats(const GenerationStats& st, const Model& m, const GenerationOpti
                st.kv_bytes, human_bytes(st.kv_bytes), c.n_layer, m.shard().n_kv_head, st.kv_tokens, c.head_dim,
                info.block_elems == 1 ? fmt::format("{}", info.block_bytes)
                                      : fmt::format("{}/{}", info.block_bytes, info.block_elems),
-               info.name, m.shard().split() ? fmt::format(" on each of {} ranks", m.shard().size) : "");
+               info.name, m.shard().split() ? fmt::format(" on rank 0 of {} (no rank holds more heads)", m.shard().size) : "");
   }
   if (const Collectives* ranks = m.collectives()) {
     const CollectiveStats& cs = ranks->stats();
     const double passes_s = st.prefill_s + st.decode_s;
-    fmt::print(stderr, "tensor parallel {} ranks ({}): {} collectives moved {} ({} per layer per token all-reduced); "
+    const CommunicationCost k = communication_cost(c, m.shard(), 1, 0);
+    fmt::print(stderr, "tensor parallel {} ranks ({}): {} collectives moved {} ({} per layer per token gathered by rank 0); "
                "{:.2f} ms in them, waits included ({:.1f}% of prefill + decode)\n",
-               ranks->size(), ranks->describe(), cs.calls, human_bytes(cs.bytes), human_bytes(2 * c.n_embd * sizeof(float)),
+               ranks->size(), ranks->describe(), cs.calls, human_bytes(cs.bytes), human_bytes((uint64_t)k.per_layer_bytes),
                cs.seconds * 1e3, passes_s > 0 ? 100 * cs.seconds / passes_s : 0.0);
   }
 }

@@ -198,7 +198,7 @@ class Backend {
                       const Tensor& scratch, const Tensor& out, const LogitsParams& p) = 0;
 
   // ---- tensor parallelism (model/tensor_parallel.h) ----
-  // Whether the two ops below run here (false: a model is refused a tensor-parallel load).
+  // Whether the ops below run here (false: a model is refused a tensor-parallel load).
   virtual bool runs_tensor_parallel() const { return false; }
   // embed() over a vocabulary shard: `table` holds rows [first_row, first_row + table.rows);
   // a token outside them gets a zero row (the all-reduce after it adds its owner's row).
@@ -206,6 +206,9 @@ class Backend {
                            float scale);
   // t = the sum over the ranks of t, inside a pass (every team member calls it; one sends).
   virtual void all_reduce(const Tensor& t, Collectives& c);
+  // out [n, cols[0] + ... + cols[N - 1]] = every rank's part [n, cols[r]] side by side in rank
+  // order (rank r's columns after those of ranks 0..r-1), on every rank, inside a pass.
+  virtual void gather_columns(const Tensor& part, const Tensor& out, std::span<const int64_t> cols, Collectives& c);
 };
 
 // The backend a model gets when its caller names none: the CPU at its best ISA, every core.

@@ -1,15 +1,17 @@
-// Collectives between the ranks of a tensor-parallel job: the three operations Megatron-style
-// tensor parallelism needs, on memory of the rank's backend (host floats for the CPU ranks over
-// MPI, device floats for CUDA ranks over NCCL). A peer that dies or stops answering must not
-// hang the caller: every operation waits at most timeout_s, then the object is failed() with
-// an error naming what did not answer, and every later operation returns at once (its output
-// undefined), so the pass ends and Model::forward reports the error.
+// Collectives between the ranks of a tensor-parallel job: the operations tensor parallelism
+// needs (model/tensor_parallel.h), on memory of the rank's backend (host floats for the CPU
+// ranks over MPI, device floats for CUDA ranks over NCCL). A peer that dies or stops
+// answering must not hang the caller: every operation waits at most timeout_s, then the
+// object is failed() with an error naming what did not answer, and every later operation
+// returns at once (its output undefined), so the pass ends and Model::forward reports the
+// error.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 
 namespace tandem {
@@ -33,6 +35,9 @@ class Collectives {
   virtual void all_reduce_sum(float* data, size_t n) = 0;
   // out[r * n, (r + 1) * n) = rank r's in[0, n), on every rank.
   virtual void all_gather(const float* in, size_t n, float* out) = 0;
+  // The same with counts[r] floats from rank r (ranks' shares may differ): rank r's
+  // in[0, counts[r]) at out[counts[0] + ... + counts[r - 1]], on every rank.
+  virtual void all_gather_v(const float* in, std::span<const size_t> counts, float* out) = 0;
   // bytes of `data` from `root` to every rank (host memory: the batch a step runs).
   // without_limit: wait as long as it takes (rank 0 sends each step within kHeartbeatS, so
   // followers wait with the deadline; nothing in a pass needs this).

@@ -22,6 +22,12 @@ void Backend::all_reduce(const Tensor& t, Collectives& c) {
   c.all_reduce_sum(static_cast<float*>(t.data), (size_t)(t.rows * t.cols));
 }
 
+void Backend::gather_columns(const Tensor&, const Tensor&, std::span<const int64_t>, Collectives&) {
+  // As embed_shard: a backend that runs tensor parallel overrides this.
+  std::fprintf(stderr, "tandem: backend %s cannot gather column shares\n", describe().c_str());
+  std::abort();
+}
+
 Tensor Tensor::rows_view(int64_t first, int64_t n) const {
   Tensor v = *this;
   v.data = static_cast<uint8_t*>(data) + (size_t)first * row_bytes();

@@ -77,6 +77,11 @@ void Model::ensure_scratch(int64_t n, int64_t n_logit_rows) {
     proj_ = be.new_tensor(n, c.n_embd);
     gate_ = be.new_tensor(n, tp_.n_ff);
     up_ = be.new_tensor(n, tp_.n_ff);
+    if (tp_.split()) {
+      att_all_ = be.new_tensor(n, c.q_dim());
+      gate_all_ = be.new_tensor(n, c.n_ff);
+      proj_part_ = be.new_tensor(n, tp_.n_embd);
+    }
     rope_cs_.clear();
     for (size_t i = 0; i < inv_freq_.size(); i++) rope_cs_.push_back(be.new_tensor(n, c.rope_dim));
     scratch_tokens_ = n;
@@ -93,7 +98,7 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
   const int64_t n = b.n_tokens();
   const float eps = c.rms_eps;
   const HeadShape heads{tp_.n_q_head, tp_.n_kv_head, c.head_dim};  // this rank's heads
-  Collectives* tp = collectives();  // null: the whole model here, no all-reduce
+  Collectives* tp = collectives();  // null: the whole model here, no collectives
   const bool sandwich = a.norms == NormPlacement::Sandwich;
   Backend& be = *backend_;
   const Tensor x = x_.rows_view(0, n), xb = xb_.rows_view(0, n), q = q_.rows_view(0, n), k = k_.rows_view(0, n),
@@ -107,8 +112,19 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
     be.matmul(std::span<const Product>(group.begin(), group.size()), in);
   };
   auto bias = [](const Tensor& t) { return t.data ? &t : nullptr; };
+  // proj = W in for attn_output and ffn_down. Split, W is this rank's rows: the ranks' columns
+  // of `in` are gathered first (in_all), and the ranks' rows of the output after, so each
+  // element is one process's dot product of the same input row.
+  const Tensor att_all = tp ? att_all_.rows_view(0, n) : Tensor{}, gate_all = tp ? gate_all_.rows_view(0, n) : Tensor{},
+               proj_part = tp ? proj_part_.rows_view(0, n) : Tensor{};
+  auto row_parallel = [&](const Weight& w, const Tensor& in, const Tensor& in_all, std::span<const int64_t> in_cols) {
+    if (!tp) return matmul({{&w, &proj}}, in);
+    be.gather_columns(in, in_all, in_cols, *tp);
+    matmul({{&w, &proj_part}}, in_all);
+    be.gather_columns(proj_part, proj, tp_.embd_cols, *tp);
+  };
   be.run_pass(n, [&] {
-    if (tp) {  // each rank has its vocabulary rows; the others' tokens are zero rows until summed
+    if (tp) {  // each rank has its vocabulary rows; the others' tokens are zero rows until summed (exact)
       be.embed_shard(weights_.token_embd, tp_.vocab0, b, x, a.embedding_scale);
       be.all_reduce(x, *tp);
     } else {
@@ -131,15 +147,13 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       const int group = groups.group_of[(size_t)li], slot = groups.slot_of[(size_t)li];
       be.store_kv(k, v, kv, slot, b.group(group));
       be.attention(q, kv, slot, b.group(group), heads, AttentionParams{a.attention_scale, ls.window}, att);
-      matmul({{&L.wo, &proj}}, att);
-      if (tp) be.all_reduce(proj, *tp);  // each rank's heads' share of Wo att
+      row_parallel(L.wo, att, att_all, tp_.q_cols);
       if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);
       be.add_residual(x, proj, &L.ffn_norm, &xb, eps, a.residual_scale);
       // Feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb).
       matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
       be.gated_activation(gate, up, a.activation);
-      matmul({{&L.w_down, &proj}}, gate);
-      if (tp) be.all_reduce(proj, *tp);  // each rank's feed-forward columns' share
+      row_parallel(L.w_down, gate, gate_all, tp_.ff_cols);
       if (sandwich) be.rmsnorm(proj, L.post_ffn_norm, proj, eps);
       // The residual add, fused with the next layer's attention norm.
       const Tensor* next_norm = li + 1 < c.n_layer ? &weights_.layers[li + 1].attn_norm : nullptr;

@@ -118,10 +118,15 @@ class Model {
   Tensor q_;        // [n, q_dim]
   Tensor k_;        // [n, kv_dim]
   Tensor v_;        // [n, kv_dim]
-  Tensor att_;      // [n, q_dim] attention output
+  Tensor att_;      // [n, q_dim] attention output (of this rank's heads)
   Tensor proj_;     // [n, n_embd] output of attn_output / ffn_down
-  Tensor gate_;     // [n, n_ff]
+  Tensor gate_;     // [n, n_ff] (this rank's rows of gate and up)
   Tensor up_;       // [n, n_ff]
+  // Tensor parallel only: every rank's att_ and gate_ columns gathered, and this rank's rows of
+  // the attn_output / ffn_down output before they are gathered into proj_.
+  Tensor att_all_;    // [n, q_dim] of the whole model
+  Tensor gate_all_;   // [n, n_ff] of the whole model
+  Tensor proj_part_;  // [n, this rank's n_embd share]
   std::vector<Tensor> rope_cs_;  // per RoPE set: [n, rope_dim] each position's cos, sin pairs
   Tensor logits_;   // [n_logit_rows, n_vocab] (this rank's vocabulary share)
 

@@ -71,15 +71,22 @@ Result<std::span<const float>> Model::parallel_pass(const KvStore& kv, const For
     send_step(c, TensorParallelStep::Forward, id, kv, dropped, &b);
   }
   if (!c.failed()) pass(kv, KvLayerGroups::plan(config_.n_layer, {}), b, 0);
-  const size_t n = b.logit_rows().size(), share = (size_t)tp_.n_vocab, V = (size_t)config_.n_vocab;
+  const size_t n = b.logit_rows().size(), V = (size_t)config_.n_vocab;
   if (n > 0 && !c.failed()) {
     // Every rank's [n, share] block, then each row joined from the blocks in rank order.
+    std::vector<size_t> counts;
+    for (int64_t share : tp_.vocab_cols) counts.push_back(n * (size_t)share);
     std::vector<float> blocks(n * V);
-    c.all_gather(backend_->read(logits_).data(), n * share, blocks.data());
+    c.all_gather_v(backend_->read(logits_).data(), counts, blocks.data());
     gathered_.resize(n * V);
-    for (size_t r = 0; r < (size_t)tp_.size; r++)
-      for (size_t row = 0; row < n; row++)
-        std::copy_n(blocks.data() + r * n * share + row * share, share, gathered_.data() + row * V + r * share);
+    const float* block = blocks.data();
+    size_t col = 0;
+    for (int64_t s : tp_.vocab_cols) {
+      const size_t share = (size_t)s;
+      for (size_t row = 0; row < n; row++) std::copy_n(block + row * share, share, gathered_.data() + row * V + col);
+      block += n * share;
+      col += share;
+    }
   }
   if (c.failed()) return make_error("{}", c.error());
   return std::span<const float>(gathered_.data(), n * V);

@@ -44,39 +44,17 @@ Result<Weight> prepare_rows(const GgufFile& f, const GgufTensor& t, const std::s
   return w;
 }
 
-// A part of a matrix: rows [row0, row0 + n_rows) and columns [col0, col0 + n_cols) (0 rows or
-// columns: all of them). A column part is each row's run of whole quantization blocks, `row
-// bytes` apart in the file (the backend reads rows at that stride).
+// Rows [row0, row0 + n_rows) of a matrix (0 rows: all of them): a rank's shard is always whole
+// rows, so its products compute each output row as one process does.
 struct Part {
-  int64_t row0 = 0, n_rows = 0, col0 = 0, n_cols = 0;
+  int64_t row0 = 0, n_rows = 0;
 };
-
-Result<Weight> prepare_part(const GgufFile& f, const GgufTensor& t, const std::string& name, int64_t rows, int64_t cols,
-                            const Part& part, Backend& b, Ranges& release, bool products) {
-  const int64_t n_rows = part.n_rows ? part.n_rows : rows, n_cols = part.n_cols ? part.n_cols : cols;
-  if (n_cols == cols) return prepare_rows(f, t, name, part.row0, n_rows, cols, b, release, products);
-  const DTypeInfo info = *dtype_info((uint32_t)t.dtype());
-  if (part.col0 % (int64_t)info.block_elems != 0 || n_cols % (int64_t)info.block_elems != 0)
-    return make_error("tensor {} ({}, {}-element blocks) cannot be split by columns at {} + {}: a rank's part must be "
-                      "whole blocks",
-                      name, info.name, info.block_elems, part.col0, n_cols);
-  WeightSource src = source(t, name, n_rows, n_cols);
-  src.data += (size_t)part.row0 * t.row_size() + row_bytes(info, (uint64_t)part.col0);
-  auto w = b.prepare_weight(src, products);
-  if (!w.ok()) return w;
-  w->bytes = (uint64_t)n_rows * row_bytes(info, (uint64_t)n_cols);  // what this rank streams
-  if (!w->reads_source) {
-    release.emplace_back(src.data, (size_t)n_rows * t.row_size());
-    f.release_pages(src.data, release.back().second);
-  }
-  return w;
-}
 
 Result<Weight> matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols, Backend& b,
                       Ranges& release, bool products = true, const Part& part = {}) {
   auto t = find_matrix(f, name, rows, cols);
   if (!t.ok()) return t.error();
-  return prepare_part(f, **t, name, rows, cols, part, b, release, products);
+  return prepare_rows(f, **t, name, part.row0, part.n_rows ? part.n_rows : rows, cols, b, release, products);
 }
 
 // A matrix that stacks several products' rows (Phi-3's attn_qkv, ffn_up holding gate and up):
@@ -139,8 +117,8 @@ Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfi
   const TensorParallelPlan tp = tp_plan ? *tp_plan : TensorParallelPlan::whole(c);
   const int64_t hd = c.head_dim;
   const int64_t q0 = tp.q_head0 * hd, nq = tp.n_q_head * hd, kv0 = tp.kv_head0 * hd, nkv = tp.n_kv_head * hd;
-  const Part vocab_rows{tp.vocab0, tp.n_vocab}, q_rows{q0, nq}, kv_rows{kv0, nkv}, ff_rows{tp.ff0, tp.n_ff};
-  const Part q_cols{0, 0, q0, nq}, ff_cols{0, 0, tp.ff0, tp.n_ff};
+  const Part vocab_rows{tp.vocab0, tp.n_vocab}, q_rows{q0, nq}, kv_rows{kv0, nkv}, ff_rows{tp.ff0, tp.n_ff},
+      embd_rows{tp.embd0, tp.n_embd};
 #define TANDEM_ASSIGN(dst, expr)          \
   do {                                    \
     auto r_ = (expr);                     \
@@ -188,7 +166,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfi
       TANDEM_ASSIGN(l.q_norm, vector(f, p + "attn_q_norm.weight", c.head_dim, k));
       TANDEM_ASSIGN(l.k_norm, vector(f, p + "attn_k_norm.weight", c.head_dim, k));
     }
-    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release, true, q_cols));
+    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release, true, embd_rows));
     TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
     if (a.fused_gate_up) {
       TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd,
@@ -197,7 +175,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfi
       TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
       TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
     }
-    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release, true, ff_cols));
+    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release, true, embd_rows));
     if (a.norms == NormPlacement::Sandwich) {
       TANDEM_ASSIGN(l.post_attn_norm, vector(f, p + "post_attention_norm.weight", c.n_embd, k));
       TANDEM_ASSIGN(l.post_ffn_norm, vector(f, p + "post_ffw_norm.weight", c.n_embd, k));

@@ -42,9 +42,9 @@ struct ModelWeights {
   // Bytes of weights a decode step reads (every matrix once, plus the norms).
   uint64_t bytes_per_token() const;
 
-  // progress(done, total) after each layer, when set. tp: only this rank's shard of each
-  // weight (model/tensor_parallel.h); the other ranks' rows are never read, and their columns
-  // only where they share a page with this rank's. Null: the whole model.
+  // progress(done, total) after each layer, when set. tp: only this rank's rows of each
+  // weight (model/tensor_parallel.h); the other ranks' rows are never read. Null: the whole
+  // model.
   static Result<ModelWeights> from_gguf(const GgufFile& f, const ModelConfig& c, Backend& backend,
                                         const std::function<void(int, int)>& progress = {},
                                         const TensorParallelPlan* tp = nullptr);

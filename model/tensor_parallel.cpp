@@ -4,13 +4,54 @@
 
 namespace tandem {
 
+namespace {
+
+// n split into `parts` contiguous runs of whole units, the first ones a unit longer when they
+// do not divide evenly; the last run also takes the n % unit left over. Empty when n has
+// fewer units than parts.
+std::vector<int64_t> shares(int64_t n, int64_t unit, int parts) {
+  const int64_t units = n / unit;
+  if (units < parts) return {};
+  std::vector<int64_t> s((size_t)parts);
+  for (int i = 0; i < parts; i++) s[(size_t)i] = (units / parts + (i < units % parts ? 1 : 0)) * unit;
+  s.back() += n % unit;
+  return s;
+}
+
+int64_t offset_of(const std::vector<int64_t>& s, int rank) {
+  int64_t at = 0;
+  for (int i = 0; i < rank; i++) at += s[(size_t)i];
+  return at;
+}
+
+}  // namespace
+
 TensorParallelPlan TensorParallelPlan::whole(const ModelConfig& c) {
   TensorParallelPlan p;
   p.n_q_head = c.n_head;
   p.n_kv_head = c.n_kv_head;
   p.n_ff = c.n_ff;
+  p.n_embd = c.n_embd;
   p.n_vocab = c.n_vocab;
+  p.q_cols = {(int64_t)c.n_head * c.head_dim};
+  p.ff_cols = {c.n_ff};
+  p.embd_cols = {c.n_embd};
+  p.vocab_cols = {c.n_vocab};
   return p;
+}
+
+Result<KvHeadShare> kv_head_share(int n_kv_head, int rank, int size) {
+  if (n_kv_head < 1 || size < 1 || rank < 0 || rank >= size)
+    return make_error("no K,V heads for rank {} of {} from {} heads", rank, size, n_kv_head);
+  if (n_kv_head >= size) {  // whole heads each, the first ranks one more when uneven
+    const std::vector<int64_t> s = shares(n_kv_head, 1, size);
+    return KvHeadShare{(int)offset_of(s, rank), (int)s[(size_t)rank], false};
+  }
+  if (size % n_kv_head != 0)
+    return make_error("its {} K,V heads are fewer than {} ranks and do not replicate evenly over them ({} is not a "
+                      "multiple of {})",
+                      n_kv_head, size, size, n_kv_head);
+  return KvHeadShare{rank / (size / n_kv_head), 1, true};
 }
 
 Result<TensorParallelPlan> TensorParallelPlan::make(const ModelConfig& c, int rank, int size) {
@@ -20,29 +61,41 @@ Result<TensorParallelPlan> TensorParallelPlan::make(const ModelConfig& c, int ra
     return make_error("tensor parallel: {} ({}) cannot be split {} ways: {}", c.name.empty() ? c.arch : c.name, c.arch,
                       size, why);
   };
-  if (c.n_head % size != 0) return cannot(fmt::format("its {} query heads are not a multiple of {}", c.n_head, size));
-  if (c.n_kv_head % size != 0 && size % c.n_kv_head != 0)
-    return cannot(fmt::format("its {} K,V heads neither divide into {} parts nor replicate evenly over {} ranks",
-                              c.n_kv_head, size, size));
-  if (c.n_ff % size != 0) return cannot(fmt::format("its feed-forward width {} is not a multiple of {}", c.n_ff, size));
-  if (c.n_vocab % size != 0) return cannot(fmt::format("its vocabulary of {} is not a multiple of {}", c.n_vocab, size));
   TensorParallelPlan p;
   p.rank = rank;
   p.size = size;
-  p.n_q_head = c.n_head / size;
-  p.q_head0 = rank * p.n_q_head;
-  if (c.n_kv_head >= size) {
-    p.n_kv_head = c.n_kv_head / size;
-    p.kv_head0 = rank * p.n_kv_head;
-  } else {  // every query head of this rank reads the one K,V head of its group
-    p.kv_replicated = true;
-    p.n_kv_head = 1;
-    p.kv_head0 = p.q_head0 / c.gqa_group();
+  // Query heads follow their K,V head: a rank's run of them reads only its K,V heads.
+  const int group = c.gqa_group();
+  p.q_cols.resize((size_t)size);
+  for (int r = 0; r < size; r++) {
+    auto kv = kv_head_share(c.n_kv_head, r, size);
+    if (!kv.ok()) return cannot(kv.error().message);
+    int q0 = kv->first * group, nq = kv->count * group;
+    if (kv->replicated) {  // the head's group of query heads shared by the size / n_kv_head ranks holding it
+      const int holders = size / c.n_kv_head;
+      const std::vector<int64_t> s = shares(group, 1, holders);
+      if (s.empty())
+        return cannot(fmt::format("each of its {} K,V heads would be shared by {} ranks, but has only {} query heads",
+                                  c.n_kv_head, holders, group));
+      q0 += (int)offset_of(s, r % holders);
+      nq = (int)s[(size_t)(r % holders)];
+    }
+    p.q_cols[(size_t)r] = (int64_t)nq * c.head_dim;
+    if (r != rank) continue;
+    p.q_head0 = q0, p.n_q_head = nq;
+    p.kv_head0 = kv->first, p.n_kv_head = kv->count, p.kv_replicated = kv->replicated;
   }
-  p.n_ff = c.n_ff / size;
-  p.ff0 = rank * p.n_ff;
-  p.n_vocab = c.n_vocab / size;
-  p.vocab0 = rank * p.n_vocab;
+  const auto rows = [&](int64_t n, const char* what, std::vector<int64_t>& s, int64_t& first,
+                        int64_t& count) -> Status {
+    s = shares(n, kTensorParallelRows, size);
+    if (s.empty())
+      return cannot(fmt::format("its {} of {} is fewer than {} groups of {} rows", what, n, size, kTensorParallelRows));
+    first = offset_of(s, rank), count = s[(size_t)rank];
+    return Status::Ok();
+  };
+  TANDEM_TRY(rows(c.n_ff, "feed-forward width", p.ff_cols, p.ff0, p.n_ff));
+  TANDEM_TRY(rows(c.n_embd, "embedding width", p.embd_cols, p.embd0, p.n_embd));
+  TANDEM_TRY(rows(c.n_vocab, "vocabulary", p.vocab_cols, p.vocab0, p.n_vocab));
   return p;
 }
 
@@ -106,17 +159,24 @@ Result<TensorParallelStep> receive_step(Collectives& c) {
 }
 
 double CommunicationCost::wire_bytes_per_rank(int ranks) const {
-  return ranks > 1 ? 2.0 * (ranks - 1) / ranks * all_reduce_bytes + gather_bytes * (ranks - 1) / ranks : 0.0;
+  return ranks > 1 ? gathered_bytes + 2.0 * (ranks - 1) / ranks * all_reduce_bytes : 0.0;
 }
 
-CommunicationCost communication_cost(const ModelConfig& c, int ranks, int64_t n_tokens, int64_t n_logits) {
+CommunicationCost communication_cost(const ModelConfig& c, const TensorParallelPlan& p, int64_t n_tokens,
+                                     int64_t n_logits) {
   CommunicationCost k;
-  if (ranks <= 1) return k;
-  const double row = (double)c.n_embd * sizeof(float);
-  k.all_reduces = 2 * (int64_t)c.n_layer + 1;  // attn_output and ffn_down per layer, the embedding
-  k.per_layer_bytes = 2 * row * (double)n_tokens;
-  k.all_reduce_bytes = (double)k.all_reduces * row * (double)n_tokens;
-  k.gather_bytes = (double)n_logits * c.n_vocab * sizeof(float);
+  if (!p.split()) return k;
+  const auto others = [&](const std::vector<int64_t>& s) {  // floats of the other ranks' shares
+    int64_t all = 0;
+    for (int64_t v : s) all += v;
+    return (double)(all - s[(size_t)p.rank]) * sizeof(float);
+  };
+  const double n = (double)n_tokens;
+  k.collectives = 4 * (int64_t)c.n_layer + 2;
+  k.per_layer_bytes = n * (others(p.q_cols) + others(p.ff_cols) + 2 * others(p.embd_cols));
+  k.logits_bytes = (double)n_logits * others(p.vocab_cols);
+  k.gathered_bytes = (double)c.n_layer * k.per_layer_bytes + k.logits_bytes;
+  k.all_reduce_bytes = n * (double)c.n_embd * sizeof(float);
   return k;
 }
 

@@ -1,11 +1,18 @@
-// Megatron-style tensor parallelism at the model/backend seam: which part of every weight a
-// rank owns, and the step messages rank 0 sends the others.
+// Tensor parallelism at the model/backend seam: which part of every weight a rank owns, and
+// the step messages rank 0 sends the others.
 //
-// With N ranks, rank r owns n_head/N query heads and their K,V heads (K,V heads replicated
-// when n_kv_head < N, as vLLM does), n_ff/N rows of gate/up, the matching input columns of
-// attn_output and ffn_down (each followed by one all-reduce of the [n, n_embd] branch output),
-// and n_vocab/N rows of the embedding and output head (embedding rows of other ranks' tokens
-// are zero before an all-reduce; logits are all-gathered). Its KV pool holds its K,V heads only.
+// With N ranks, rank r owns a contiguous run of query heads and their K,V heads (K,V heads
+// divided, unevenly when N does not divide them: SmolLM2's 3 over 2 ranks are 2 + 1 with 6 + 3
+// query heads; replicated when n_kv_head < N, as vLLM does), its rows of gate/up, its rows of
+// attn_output and ffn_down (n_embd split by output rows), and its rows of the embedding and
+// output head. Column-parallel products (Q, K, V, gate, up) read the full normed input every
+// rank has; attn_output and ffn_down read the full attention output or gated activation,
+// all-gathered from the ranks, and their outputs are all-gathered in turn. So every output
+// element is computed on one rank by the same kernel from the same input as in one process:
+// the residual stream, every 8-bit activation and the logits are one process's bit for bit
+// (an all-reduce of partial sums would add them in another order, and with 8-bit activations
+// one ulp can flip a rounding step). The embedding's all-reduce adds zero rows (exact); the
+// logits' vocabulary shares are gathered. Its KV pool holds its K,V heads only.
 // Rank 0 runs the scheduler, tokenizer, sampler and server; each forward pass it broadcasts
 // the ForwardBatch (and which KV pool it runs on), and the other ranks run the same pass.
 #pragma once
@@ -23,13 +30,22 @@
 
 namespace tandem {
 
+// Shares of n_embd, n_ff and the vocabulary are whole groups of this many rows (the last rank's
+// also takes what is left over): the CPU backend packs weights in 16-row groups, so no share
+// packs a partial group in the middle of the matrix.
+constexpr int64_t kTensorParallelRows = 16;
+
 struct TensorParallelPlan {
   int rank = 0, size = 1;
   int q_head0 = 0, n_q_head = 0;    // this rank's query heads
   int kv_head0 = 0, n_kv_head = 0;  // its K,V heads (the same head on several ranks when replicated)
   bool kv_replicated = false;       // n_kv_head < size: each K,V head lives on size / n_kv_head ranks
-  int64_t ff0 = 0, n_ff = 0;        // feed-forward rows (gate, up) and ffn_down's columns
+  int64_t ff0 = 0, n_ff = 0;        // feed-forward rows (gate, up): its columns of the gated activation
+  int64_t embd0 = 0, n_embd = 0;    // attn_output's and ffn_down's rows: its columns of their outputs
   int64_t vocab0 = 0, n_vocab = 0;  // embedding and output rows
+  // Every rank's share in rank order, in elements (what each rank adds to a gather): the
+  // attention output's columns (query heads x head_dim), n_ff, n_embd, the vocabulary.
+  std::vector<int64_t> q_cols, ff_cols, embd_cols, vocab_cols;
 
   // The whole model on one rank (rank 0 of 1).
   static TensorParallelPlan whole(const ModelConfig& c);
@@ -40,6 +56,15 @@ struct TensorParallelPlan {
   int q_dim(int head_dim) const { return n_q_head * head_dim; }
   int kv_dim(int head_dim) const { return n_kv_head * head_dim; }
 };
+
+// The K,V heads a rank of `size` holds: [first, first + count), and whether they are
+// replicated; an error when n_kv_head heads neither divide among the ranks nor replicate
+// evenly over them. `tandem kv --tensor-parallel` plans with it.
+struct KvHeadShare {
+  int first = 0, count = 0;
+  bool replicated = false;
+};
+Result<KvHeadShare> kv_head_share(int n_kv_head, int rank, int size);
 
 // One step as rank 0 sends it: run `batch` over KV pool `pool_id` (of that layout; a follower
 // allocates it the first time it sees the id), after dropping the pools rank 0 has freed.
@@ -63,16 +88,21 @@ constexpr double kHeartbeatS = 1.0;
 // longer than the collectives' deadline (timeout_s) means it died: an error, never a hang.
 Result<TensorParallelStep> receive_step(Collectives& c);
 
-// Bytes one pass moves through all-reduces (2 per layer + the embedding) and the logits gather,
-// per rank's buffer, for n tokens and n_logits logit rows: the network's share of a pass.
+// What one pass of n tokens with n_logits logit rows moves: per layer, the attention output
+// [n, q_dim] and gated activation [n, n_ff] gathered before attn_output and ffn_down, and
+// their outputs [n, n_embd] after; the embedding's all-reduce of [n, n_embd]; the logits'
+// gather [n_logits, n_vocab]. Bytes are what rank p.rank receives (the others' shares).
 struct CommunicationCost {
-  int64_t all_reduces = 0;          // per pass
-  double all_reduce_bytes = 0;      // each rank's buffers, summed over the pass's all-reduces
-  double gather_bytes = 0;          // the gathered logits (every rank's share)
-  double per_layer_bytes = 0;       // all-reduced per layer
-  // What a ring all-reduce sends per rank: 2 (N - 1) / N of each buffer.
+  int64_t collectives = 0;         // per pass: 4 gathers per layer, the all-reduce, the logits' gather
+  double per_layer_bytes = 0;      // received per layer (its 4 gathers)
+  double gathered_bytes = 0;       // received through the pass's gathers, logits included
+  double logits_bytes = 0;         // of which the logits
+  double all_reduce_bytes = 0;     // the embedding's buffer
+  // Received per pass: every gather's other shares, and 2 (N - 1) / N of the all-reduce's
+  // buffer (a ring's share).
   double wire_bytes_per_rank(int ranks) const;
 };
-CommunicationCost communication_cost(const ModelConfig& c, int ranks, int64_t n_tokens, int64_t n_logits);
+CommunicationCost communication_cost(const ModelConfig& c, const TensorParallelPlan& p, int64_t n_tokens,
+                                     int64_t n_logits);
 
 }  // namespace tandem

@@ -1,5 +1,5 @@
-// The NCCL collectives (backend/nccl) in a job of one rank: with a GPU, an all-reduce, an
-// all-gather and a broadcast through a real communicator (one rank: each is the identity);
+// The NCCL collectives (backend/nccl) in a job of one rank: with a GPU, an all-reduce, the
+// all-gathers and a broadcast through a real communicator (one rank: each is the identity);
 // without one, the clear error. Built with CUDA, MPI and NCCL; links NCCL into a test binary.
 #include <gtest/gtest.h>
 
@@ -21,6 +21,9 @@ class OneRank final : public Collectives {
   std::string describe() const override { return "one rank"; }
   void all_reduce_sum(float*, size_t) override {}
   void all_gather(const float* in, size_t n, float* out) override { std::memcpy(out, in, n * sizeof(float)); }
+  void all_gather_v(const float* in, std::span<const size_t> n, float* out) override {
+    std::memcpy(out, in, n[0] * sizeof(float));
+  }
   void broadcast(void*, size_t, int, bool) override {}
 };
 
@@ -41,6 +44,8 @@ TEST(NcclCollectives, OneRankJobOrAClearError) {
   cudaMemcpy(dev, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
   (*c)->all_reduce_sum(dev, host.size());
   (*c)->all_gather(dev, host.size(), dev + host.size());
+  const size_t counts[] = {host.size()};
+  (*c)->all_gather_v(dev, counts, dev + host.size());  // one rank: a copy as well
   std::vector<float> back(2 * host.size());
   cudaMemcpy(back.data(), dev, back.size() * sizeof(float), cudaMemcpyDeviceToHost);
   cudaFree(dev);
@@ -50,7 +55,7 @@ TEST(NcclCollectives, OneRankJobOrAClearError) {
   int32_t word = 42;
   (*c)->broadcast(&word, sizeof word, 0);
   EXPECT_EQ(word, 42);
-  EXPECT_EQ((*c)->stats().calls, 3u);
+  EXPECT_EQ((*c)->stats().calls, 4u);
 }
 
 }  // namespace

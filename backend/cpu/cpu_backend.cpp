@@ -178,6 +178,27 @@ void CpuBackend::embed_shard(const Weight& table, int64_t first_row, const Forwa
   });
 }
 
+void CpuBackend::gather_columns(const Tensor& part, const Tensor& out, std::span<const int64_t> cols,
+                                Collectives& c) {
+  const int64_t n = part.rows;
+  gather_counts_.resize(cols.size());
+  for (size_t r = 0; r < cols.size(); r++) gather_counts_[r] = (size_t)(n * cols[r]);
+  // The gather leaves rank r's [n, cols[r]] block after the blocks of ranks before it; one
+  // row's blocks are already the row.
+  if (n == 1) return c.all_gather_v(f32(part), gather_counts_, f32(out));
+  gathered_.resize((size_t)(n * out.cols));
+  c.all_gather_v(f32(part), gather_counts_, gathered_.data());
+  each_row(n, [&](int64_t t) {
+    const float* block = gathered_.data();
+    float* row = f32(out) + t * out.cols;
+    for (const int64_t w : cols) {
+      std::memcpy(row, block + t * w, (size_t)w * sizeof(float));
+      row += w;
+      block += n * w;
+    }
+  });
+}
+
 void CpuBackend::matmul(std::span<const Product> group, const Tensor& in) {
   // Decode calls this ~150 times a token: no heap allocation here.
   constexpr size_t kMaxGroup = 8;

@@ -73,6 +73,7 @@ class CpuBackend final : public Backend {
   bool runs_tensor_parallel() const override { return true; }
   void embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
                    float scale) override;
+  void gather_columns(const Tensor& part, const Tensor& out, std::span<const int64_t> cols, Collectives& c) override;
 
  private:
   // Runs f(row) for rows [0, n): on the calling thread for a few rows (too little work to
@@ -93,6 +94,9 @@ class CpuBackend final : public Backend {
   std::vector<std::string> exact_products_;
   int threads_ = 1;
   std::unique_ptr<cpu::WorkTeam> team_;  // see team()
+  // gather_columns' rank-major blocks and counts, kept between calls (4 gathers a layer).
+  std::vector<float> gathered_;
+  std::vector<size_t> gather_counts_;
 };
 
 }  // namespace tandem

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -39,6 +40,21 @@ class MpiCollectives final : public Collectives {
     MPI_Request r;
     const int rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, comm_, &r);
     finish(rc, r, n * sizeof(float) * (size_t)size_, "an all-gather", false);
+  }
+  void all_gather_v(const float* in, std::span<const size_t> counts, float* out) override {
+    if (failed()) return;
+    counts_.resize((size_t)size_);
+    displs_.resize((size_t)size_);
+    size_t total = 0;
+    for (size_t r = 0; r < (size_t)size_; r++) {
+      counts_[r] = (int)counts[r];
+      displs_[r] = (int)total;
+      total += counts[r];
+    }
+    MPI_Request r;
+    const int rc = MPI_Iallgatherv(in, counts_[(size_t)rank_], MPI_FLOAT, out, counts_.data(), displs_.data(),
+                                   MPI_FLOAT, comm_, &r);
+    finish(rc, r, total * sizeof(float), "an all-gather", false);
   }
   void broadcast(void* data, size_t bytes, int root, bool without_limit) override {
     if (failed()) return;
@@ -84,6 +100,7 @@ class MpiCollectives final : public Collectives {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::vector<int> counts_, displs_;  // all_gather_v's, kept between calls (decode makes 4 a layer)
 };
 
 bool launched_by_mpi() {

@@ -40,6 +40,20 @@ class NcclCollectives final : public Collectives {
     check(ncclAllGather(in, out, n, ncclFloat32, comm_, stream_), "ncclAllGather");
     wait(t0, n * sizeof(float) * (size_t)size_, "an all-gather");
   }
+  // One broadcast per rank's share, grouped: NCCL has no all-gather of uneven counts.
+  void all_gather_v(const float* in, std::span<const size_t> counts, float* out) override {
+    if (failed()) return;
+    const auto t0 = Clock::now();
+    size_t at = 0;
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; r++) {
+      const float* send = r == rank_ ? in : out + at;  // read on the root only
+      check(ncclBroadcast(send, out + at, counts[(size_t)r], ncclFloat32, r, comm_, stream_), "ncclBroadcast");
+      at += counts[(size_t)r];
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    wait(t0, at * sizeof(float), "an all-gather");
+  }
   // Host bytes (the step's batch): staged through device memory, as NCCL moves device buffers.
   void broadcast(void* data, size_t bytes, int root, bool without_limit) override {
     if (failed()) return;
