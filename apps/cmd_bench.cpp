@@ -96,7 +96,7 @@ Command add_bench_command(CLI::App& app) {
     };
     std::vector<Test> tests;
     if (a->p > 0) {
-      Test t{test_name("pp", a->p), {}, {}, peaks};
+      Test t{test_name("pp", a->p), {}, {}, peaks, {}};
       double total = 0;
       begin_comm();
       for (int r = 0; r < a->reps; r++) {
@@ -110,7 +110,7 @@ Command add_bench_command(CLI::App& app) {
       tests.push_back(t);
     }
     if (a->n > 0) {
-      Test t{test_name("tg", a->n), {}, {}, peaks};
+      Test t{test_name("tg", a->n), {}, {}, peaks, {}};
       // Decode's roof is probed beside its runs (short passes before each, after the last): the
       // host's bandwidth drifts too much between minutes for the probe at start to stand for
       // them. The probe reads decode's working set, each thread its own range in several streams.
