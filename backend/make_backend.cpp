@@ -14,10 +14,10 @@
 namespace tandem {
 
 // --exact-products auto: on models under this many parameters whose output head is at most
-// this share of them, the head keeps f32 activations. Measured (README, "Accuracy and
+// this share of them, the head keeps f32 activations. Measured (docs/usage.md, "Accuracy and
 // defaults"): on SmolLM2-135M (head 21% of the parameters) it halves the top-1 misses that
 // 8-bit activations cause and answers the README's chat example right, for 6% of decode
-// speed when chosen (~20% since the 8-bit body got faster: README); on a 1B Q4_0 with a
+// speed when chosen (~20% since the 8-bit body got faster: docs/usage.md); on a 1B Q4_0 with a
 // 128k-token head it would cost 45% of decode, and on Gemma 3 270M (a 262k-token head, 63% of
 // the parameters) 28% of decode for 0.3 points of top-1 agreement.
 constexpr uint64_t kExactHeadMaxParams = 500'000'000;

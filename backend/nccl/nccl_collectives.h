@@ -4,8 +4,8 @@
 // ncclCommGetAsyncError); a communicator that times out is aborted (ncclCommAbort), so a dead
 // peer is an error, not a hang.
 // Built in CI with -DTANDEM_CUDA and -DTANDEM_MPI when NCCL is found; it waits for a machine
-// with two GPUs to run (the CUDA backend does not take part in tensor parallelism yet: see the
-// README's multi-machine section).
+// with two GPUs to run (the CUDA backend does not take part in tensor parallelism yet: see
+// "GPU ranks (NCCL)" in docs/distributed.md).
 #pragma once
 
 #include <memory>
