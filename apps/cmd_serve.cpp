@@ -83,6 +83,7 @@ Command add_serve_command(CLI::App& app) {
     int max_connections = 1024, max_connections_per_client = 0, reserved_connections = 0;
     double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30, drain_timeout = 30;
     std::string prefix_cache_scope = "key";
+    std::string tool_format = "auto";
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching and a paged KV cache");
@@ -132,6 +133,10 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--batch-tokens", a->batch_tokens, "tokens per forward pass (decode tokens + prefill chunks)")->check(CLI::Range(1, 1 << 16));
   a->speculative.add_to(sub);
   sub->add_option("--chat-template-file", a->chat_template_file, "a Jinja chat template to use instead of the model's");
+  sub->add_option("--tool-format", a->tool_format,
+                  "tool calls: auto (the template's own format when it reads tools, else the generic JSON format), "
+                  "template (only the template's; a 400 when it has none) or generic (always the generic one)")
+      ->check(CLI::IsMember({"auto", "template", "generic"}));
   sub->add_flag("--allow-special-in-messages", a->allow_special_in_messages,
                 "special-token text inside chat messages becomes control tokens (default: text, so a user cannot forge a role)");
   sub->add_option("--name", a->name, "model id reported by /v1/models (default: the file's name)");
@@ -210,6 +215,7 @@ Command add_serve_command(CLI::App& app) {
     opts.allowed_origins = a->allow_origin;
     opts.allowed_hosts = a->allow_host;
     opts.allow_special_in_messages = a->allow_special_in_messages;
+    opts.tool_format = server::parse_tool_format_mode(a->tool_format).value();
     opts.limits.max_connections = a->max_connections;
     opts.limits.max_connections_per_peer = a->max_connections_per_client;
     opts.limits.reserved_connections = a->reserved_connections;

@@ -33,8 +33,9 @@ JsonEnd json_value_end(std::string_view s, size_t i, size_t* end) {
   return JsonEnd::Incomplete;
 }
 
-// {"name": "f", "arguments" | "parameters": {...} or "{...}"} -> a call; false when malformed.
-bool call_from_json(const ojson& j, ToolCall* call) {
+}  // namespace
+
+bool tool_call_from_json(const ojson& j, ToolCall* call) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty()) return false;
   const ojson* args = nullptr;
   if (j.contains("arguments")) args = &j["arguments"];
@@ -57,6 +58,8 @@ bool call_from_json(const ojson& j, ToolCall* call) {
   return true;
 }
 
+namespace {
+
 // One call object, or (Mistral) an array of them: all must be calls.
 bool calls_from_text(std::string_view text, bool array_ok, std::vector<ToolCall>* calls) {
   const ojson j = ojson::parse(text.begin(), text.end(), nullptr, false);
@@ -66,12 +69,12 @@ bool calls_from_text(std::string_view text, bool array_ok, std::vector<ToolCall>
     if (j.empty()) return false;
     for (const auto& e : j) {
       ToolCall c;
-      if (!call_from_json(e, &c)) return false;
+      if (!tool_call_from_json(e, &c)) return false;
       out.push_back(std::move(c));
     }
   } else {
     ToolCall c;
-    if (!call_from_json(j, &c)) return false;
+    if (!tool_call_from_json(j, &c)) return false;
     out.push_back(std::move(c));
   }
   *calls = std::move(out);
@@ -83,6 +86,7 @@ const char* marker_of(ToolCallFamily f) {
     case ToolCallFamily::Hermes: return "<tool_call>";
     case ToolCallFamily::Llama3: return "<|python_tag|>";
     case ToolCallFamily::Mistral: return "[TOOL_CALLS]";
+    case ToolCallFamily::Generic: return "";
   }
   return "";
 }
@@ -111,6 +115,7 @@ const char* tool_call_family_name(ToolCallFamily f) {
     case ToolCallFamily::Hermes: return "hermes";
     case ToolCallFamily::Llama3: return "llama3";
     case ToolCallFamily::Mistral: return "mistral";
+    case ToolCallFamily::Generic: return "generic";
   }
   return "?";
 }
@@ -159,6 +164,7 @@ ToolCallFormat detect_tool_call_format(std::string_view src, const Vocab* vocab)
 }
 
 std::vector<std::string> tool_call_markers(ToolCallFamily f) {
+  if (f == ToolCallFamily::Generic) return {};
   if (f == ToolCallFamily::Hermes) return {"<tool_call>", std::string(kHermesClose)};
   return {marker_of(f)};
 }
@@ -208,6 +214,7 @@ void ToolCallStream::add_calls(std::vector<ToolCall> calls, ToolCallOutput* out)
 }
 
 void ToolCallStream::process(bool final, ToolCallOutput* out) {
+  if (family_ == ToolCallFamily::Generic) return process_generic(final, out);  // chat/generic_tools.cpp
   const std::string_view marker = marker_of(family_);
   while (!buf_.empty()) {
     if (saturated()) {
@@ -404,6 +411,8 @@ std::string tool_call_gbnf(ToolCallFamily family, const std::vector<ToolGrammarF
       before = "[TOOL_CALLS] [", after = "]";
       call_open = "{\"name\": \"", args_key = "\", \"arguments\": ", call_close = "}";
       between = ", ";
+      break;
+    case ToolCallFamily::Generic:  // its own grammar: generic_tool_gbnf
       break;
   }
   std::string g = "root ::= ";

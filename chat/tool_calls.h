@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,8 @@
 
 namespace tandem {
 
-enum class ToolCallFamily { Hermes, Llama3, Mistral };
+// Generic: no format of the template's own (it reads no tools); chat/generic_tools.h.
+enum class ToolCallFamily { Hermes, Llama3, Mistral, Generic };
 
 const char* tool_call_family_name(ToolCallFamily f);
 
@@ -53,6 +55,9 @@ struct ToolCall {
   std::string name;
   std::string arguments;  // a JSON object as compact text, as OpenAI returns it
 };
+
+// {"name": "f", "arguments" | "parameters": {...} or "{...}"} -> a call; false when malformed.
+bool tool_call_from_json(const nlohmann::ordered_json& j, ToolCall* call);
 
 // The model's output split into the text outside calls and the calls, in order. Whitespace
 // next to a call is dropped (content is "" when the answer was only calls).
@@ -89,6 +94,11 @@ class ToolCallStream {
   Segment marker_segment(bool final) const;
   Segment bare_json_segment(bool final) const;
   Segment mistral_args_segment(bool final) const;
+  void process_generic(bool final, ToolCallOutput* out);  // chat/generic_tools.cpp
+  void add_generic_calls(std::vector<ToolCall> calls, ToolCallOutput* out);
+  enum class GenericState { Undecided, InResponse, CallObject, Text, Done };
+  GenericState generic_ = GenericState::Undecided;
+  std::set<std::string> generic_seen_;  // name + '\0' + arguments of the calls returned
 
   ToolCallFamily family_;
   size_t max_calls_;

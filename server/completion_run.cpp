@@ -402,14 +402,17 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
   RenderedPrompt rendered;  // chat: which bytes came from the request; completions: all the caller's
   std::optional<ToolOutput> tool_output;
   if (chat) {
-    auto format = tool_format_for(pr, *ctx.chat, &ctx.tok.vocab());
+    auto format = tool_format_for(pr, *ctx.chat, &ctx.tok.vocab(), ctx.tool_format);
     if (!format.ok()) return reject(400, format.error().message, "tools");
-    if (pr.tools_active()) tool_output = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
+    if (pr.tools_active()) {
+      tool_output = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
+      extra.emplace_back("X-Tandem-Tool-Format", tool_call_family_name(format->family));  // which format served the calls
+    }
     const Status forced = add_tool_call_constraint(&pr, format->family, [](const ojson& schema, const std::string& prefix) {
       return grammar::json_schema_to_gbnf(schema, prefix);
     });
     if (!forced.ok()) return reject(400, forced.error().message, "tools");
-    auto r = render_chat_prompt(*ctx.chat, pr, true);
+    auto r = render_chat_prompt(*ctx.chat, pr, true, format->family);
     if (!r.ok()) return reject(400, r.error().message, "messages");
     rendered = std::move(r.value());
   } else {

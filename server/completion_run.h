@@ -16,6 +16,7 @@
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/serving_loop.h"
+#include "server/tool_use.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,6 +51,8 @@ struct EndpointContext {
   const std::atomic<bool>* draining = nullptr;
   // Who presented which key: a request's tenant, for its metrics and fair scheduling.
   const AccessPolicy* access = nullptr;
+  // Which format serves tool calls (`--tool-format`): the template's, or the generic one.
+  ToolFormatMode tool_format = ToolFormatMode::Auto;
 };
 
 // On a worker thread. `extra` fields go on every response (CORS).

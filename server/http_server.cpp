@@ -84,7 +84,8 @@ HttpServer::HttpServer(const Model& model, const Tokenizer& tok, const ChatTempl
       transport_(*this, transport_limits(opts_.limits, opts_.max_body_bytes, access_.keyed()), opts_.io_threads,
                  opts_.worker_threads),
       ctx_{model, tok, chat, loop, metrics, opts_.model_name, transport_.work_queue(), longest_token_bytes(tok),
-           opts_.allow_special_in_messages, opts_.prefix_cache_scope, access_.keyed(), &draining_, &access_} {}
+           opts_.allow_special_in_messages, opts_.prefix_cache_scope, access_.keyed(), &draining_, &access_,
+           opts_.tool_format} {}
 
 HttpServer::~HttpServer() { stop(); }
 

@@ -51,6 +51,7 @@ struct ServerOptions {
   std::vector<std::string> allowed_origins;  // cross-origin pages allowed to call the API
   std::vector<std::string> allowed_hosts;    // Host names served besides the bound address and localhost
   bool allow_special_in_messages = false;    // message text may write control tokens (role forgery)
+  ToolFormatMode tool_format = ToolFormatMode::Auto;  // tool calls: the template's format or the generic one
 };
 
 class HttpServer : public HttpHandler {

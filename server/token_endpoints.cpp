@@ -105,7 +105,7 @@ Result<std::string> detokenize_answer(const ojson& body, const Tokenizer& tok, s
   return dump_json(ojson{{"content", tok.decode(ids, true)}});
 }
 
-Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate* chat, std::string* bad) {
+Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate* chat, std::string* bad, ToolFormatMode tool_format) {
   TANDEM_TRY(require_object(body, bad));
   // The same body as /v1/chat/completions, validated the same way (messages, tools, ...).
   auto parsed = parse_request(body, true, 0, bad, {"add_generation_prompt"});
@@ -117,11 +117,12 @@ Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate*
     return make_error("this model has no usable chat template");
   }
   const ParsedRequest& pr = parsed.value();
-  if (auto f = tool_format_for(pr, *chat, nullptr); !f.ok()) {
+  auto f = tool_format_for(pr, *chat, nullptr, tool_format);
+  if (!f.ok()) {
     *bad = "tools";
     return f.error();
   }
-  auto rendered = render_chat_prompt(*chat, pr, add_generation_prompt);
+  auto rendered = render_chat_prompt(*chat, pr, add_generation_prompt, f->family);
   if (!rendered.ok()) {
     *bad = "messages";
     return rendered.error();
@@ -136,7 +137,7 @@ HttpResponse run_token_endpoint(TokenEndpoint which, EndpointContext& ctx, const
   if (!body.ok()) answer = body.error();
   else if (which == TokenEndpoint::Tokenize) answer = tokenize_answer(body.value(), ctx.tok, &bad);
   else if (which == TokenEndpoint::Detokenize) answer = detokenize_answer(body.value(), ctx.tok, &bad);
-  else answer = apply_template_answer(body.value(), ctx.chat, &bad);
+  else answer = apply_template_answer(body.value(), ctx.chat, &bad, ctx.tool_format);
   if (answer.ok()) return {200, "application/json", std::move(answer.value()), extra};
   ctx.metrics.request_rejected();
   return {400, "application/json", dump_json(error_body(answer.error().message, "invalid_request_error", bad)), extra};

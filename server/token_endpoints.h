@@ -29,8 +29,10 @@ enum class TokenEndpoint { Tokenize, Detokenize, ApplyTemplate };
 // The JSON text of each answer, or an error naming the bad field in `bad_param` (a 400).
 Result<std::string> tokenize_answer(const ojson& body, const Tokenizer& tok, std::string* bad_param);
 Result<std::string> detokenize_answer(const ojson& body, const Tokenizer& tok, std::string* bad_param);
-// `chat` null: the model has no usable template (an error).
-Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate* chat, std::string* bad_param);
+// `chat` null: the model has no usable template (an error). Tools render in the format the
+// server would use (`tool_format`).
+Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate* chat, std::string* bad_param,
+                                          ToolFormatMode tool_format = ToolFormatMode::Auto);
 
 // On a worker thread: the body parsed (depth-bounded), the answer or a 400. `extra` fields go on
 // the response (CORS).

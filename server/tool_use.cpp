@@ -2,27 +2,54 @@
 
 #include <fmt/format.h>
 
+#include "chat/generic_tools.h"
 #include "chat/tool_calls.h"
 
 namespace tandem::server {
 
 using ojson = nlohmann::ordered_json;
 
-Result<ToolCallFormat> tool_format_for(const ParsedRequest& pr, const ChatTemplate& chat, const Vocab* vocab) {
+Result<ToolFormatMode> parse_tool_format_mode(std::string_view name) {
+  if (name == "auto") return ToolFormatMode::Auto;
+  if (name == "template") return ToolFormatMode::Template;
+  if (name == "generic") return ToolFormatMode::Generic;
+  return make_error("--tool-format takes auto, template or generic, not '{}'", name);
+}
+
+Result<ToolCallFormat> tool_format_for(const ParsedRequest& pr, const ChatTemplate& chat, const Vocab* vocab, ToolFormatMode mode) {
   ToolCallFormat f = detect_tool_call_format(chat.source(), vocab);
-  if (pr.tools_active() && !f.accepts_tools)
-    return make_error("the model's chat template does not accept tools (it never reads a 'tools' variable); "
-                      "serve it with a template that does (--chat-template-file), or send tool_choice \"none\"");
+  if (!pr.tools_active()) return f;
+  if (mode == ToolFormatMode::Generic || (mode == ToolFormatMode::Auto && !f.accepts_tools)) {
+    f.family = ToolCallFamily::Generic;
+    return f;
+  }
+  if (!f.accepts_tools)
+    return make_error("the model's chat template does not accept tools (it never reads a 'tools' variable) and this "
+                      "server uses only the template's format (--tool-format template); serve it with --tool-format "
+                      "auto or generic, or a template that reads tools (--chat-template-file), or send tool_choice \"none\"");
   return f;
 }
 
-Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const ParsedRequest& pr, bool add_generation_prompt) {
+Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const ParsedRequest& pr, bool add_generation_prompt,
+                                          ToolCallFamily family) {
+  if (family == ToolCallFamily::Generic && pr.tools_active()) {
+    GenericToolPrompt p;
+    p.tools = &pr.tools;
+    p.required = pr.tool_call_forced();
+    p.forced_function = pr.tool_choice == ParsedRequest::ToolChoice::Function ? pr.tool_choice_function : "";
+    p.parallel = pr.parallel_tool_calls;
+    return chat.render_json(generic_tool_messages(pr.messages, p), add_generation_prompt, nullptr);
+  }
   const ojson vars = pr.tools_active() ? ojson{{"tools", pr.tools}} : ojson::object();
   return chat.render_json(messages_for_template(pr.messages), add_generation_prompt, &vars);
 }
 
 Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf) {
-  if (!pr->tool_call_forced()) return Status::Ok();
+  const bool generic = family == ToolCallFamily::Generic && pr->tools_active();
+  if (!pr->tool_call_forced() && !generic) return Status::Ok();
+  if (generic && pr->constraint.kind != ParsedRequest::OutputConstraint::Kind::None)
+    return make_error("tools on this model are served in the generic format, whose answer is already constrained "
+                      "(a call or a response): they cannot be combined with '{}'", pr->constraint.name);
   std::vector<ToolGrammarFunction> fns;
   std::string rules;
   for (const auto& t : pr->tools) {
@@ -44,7 +71,7 @@ Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const 
   // A named function is one call to it (OpenAI's forced function); "required" is one or more
   // calls, when parallel calls are allowed.
   const bool parallel = pr->parallel_tool_calls && pr->tool_choice != ParsedRequest::ToolChoice::Function;
-  pr->constraint.gbnf = tool_call_gbnf(family, fns, parallel) + rules;
+  pr->constraint.gbnf = (generic ? generic_tool_gbnf(fns, parallel, !pr->tool_call_forced()) : tool_call_gbnf(family, fns, parallel)) + rules;
   pr->constraint.name = "tool_choice";
   return Status::Ok();
 }

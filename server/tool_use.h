@@ -15,13 +15,23 @@
 
 namespace tandem::server {
 
-// The format of the template's calls. An error (for the request's 'tools') when tools are
-// active and the template does not read a `tools` variable. `vocab` may be null.
-Result<ToolCallFormat> tool_format_for(const ParsedRequest& pr, const ChatTemplate& chat, const Vocab* vocab);
+// Which format serves tool calls (`serve --tool-format`): Auto, the template's own when it
+// reads `tools`, else the generic one (chat/generic_tools.h); Template, the template's own or
+// a 400; Generic, always the generic one.
+enum class ToolFormatMode { Auto, Template, Generic };
+Result<ToolFormatMode> parse_tool_format_mode(std::string_view name);
+
+// The format of the request's calls. An error (for the request's 'tools') when tools are
+// active, the mode is Template and the template does not read a `tools` variable. `vocab`
+// may be null.
+Result<ToolCallFormat> tool_format_for(const ParsedRequest& pr, const ChatTemplate& chat, const Vocab* vocab,
+                                       ToolFormatMode mode = ToolFormatMode::Auto);
 
 // The chat prompt: messages as templates expect them (tool-call arguments as objects), and
-// {"tools": [...]} when tools are active (tool_choice "none" renders none).
-Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const ParsedRequest& pr, bool add_generation_prompt);
+// {"tools": [...]} when tools are active (tool_choice "none" renders none). With the Generic
+// family the tools are described in the system message and calls and results are plain turns.
+Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const ParsedRequest& pr, bool add_generation_prompt,
+                                          ToolCallFamily family = ToolCallFamily::Hermes);
 
 // JSON Schema -> GBNF rules named `prefix` + ..., entry `prefix` + "root"
 // (grammar::json_schema_to_gbnf; a parameter so that this is testable on its own).
@@ -29,7 +39,8 @@ using SchemaToGbnf = std::function<Result<std::string>(const nlohmann::ordered_j
 
 // For a forced call, sets pr->constraint to GBNF for a call in `family`'s format whose
 // arguments follow the function's `parameters` (no parameters: {}). One call, or one or more
-// when parallel_tool_calls allows (Llama: always one). An unsupported schema is an error
+// when parallel_tool_calls allows (Llama: always one). The Generic family is constrained with
+// tool_choice "auto" too: a call or a {"response": ...}. An unsupported schema is an error
 // naming the function.
 Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf);
 

@@ -262,16 +262,35 @@ ChatTemplate chat_template(const std::string& name) {
   return std::move(t.value());
 }
 
-TEST(ToolUse, TemplatesWithoutToolsRefuseThem) {
+// Issue 51: a template without tools gets the generic format (auto), or a 400 when the server
+// takes only templates' own formats (--tool-format template); generic can be forced anywhere.
+TEST(ToolUse, TemplatesWithoutToolsGetTheGenericFormat) {
   std::string bad;
   auto pr = parse_request(chat_body({{"tools", {weather_tool()}}}), true, 1, &bad);
   const ChatTemplate smollm = chat_template("smollm2");
   auto f = tool_format_for(pr.value(), smollm, nullptr);
-  ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.error().message.find("the model's chat template does not accept tools"), std::string::npos);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->family, ToolCallFamily::Generic);
+  auto refused = tool_format_for(pr.value(), smollm, nullptr, ToolFormatMode::Template);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("the model's chat template does not accept tools"), std::string::npos);
+  EXPECT_EQ(tool_format_for(pr.value(), chat_template("smollm2-tools"), nullptr, ToolFormatMode::Generic)->family,
+            ToolCallFamily::Generic);
+  EXPECT_EQ(tool_format_for(pr.value(), chat_template("smollm2-tools"), nullptr)->family, ToolCallFamily::Hermes);
+  // The generic prompt: the tools in the system message; auto is constrained to a call or a response.
+  auto r = render_chat_prompt(smollm, pr.value(), true, ToolCallFamily::Generic);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_NE(r->text.find("<|im_start|>system\nYou can call these tools"), std::string::npos) << r->text;
+  auto gbnf_of = [](const json&, const std::string& prefix) -> Result<std::string> { return prefix + "root ::= \"{}\""; };
+  ASSERT_TRUE(add_tool_call_constraint(&pr.value(), ToolCallFamily::Generic, gbnf_of).ok());
+  EXPECT_EQ(pr->constraint.gbnf.rfind("root ::= generic-call | generic-response\n", 0), 0u) << pr->constraint.gbnf;
+  // It cannot be combined with another constraint.
+  auto both = parse_request(chat_body({{"tools", {weather_tool()}}, {"response_format", {{"type", "json_object"}}}}), true, 1, &bad);
+  ASSERT_TRUE(both.ok());
+  EXPECT_FALSE(add_tool_call_constraint(&both.value(), ToolCallFamily::Generic, gbnf_of).ok());
   // tool_choice "none" renders no tools: any template will do.
   pr = parse_request(chat_body({{"tools", {weather_tool()}}, {"tool_choice", "none"}}), true, 1, &bad);
-  EXPECT_TRUE(tool_format_for(pr.value(), smollm, nullptr).ok());
+  EXPECT_TRUE(tool_format_for(pr.value(), smollm, nullptr, ToolFormatMode::Template).ok());
 }
 
 TEST(ToolUse, ToolsAreRenderedUnlessNone) {

@@ -14,7 +14,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  const auto family = static_cast<tandem::ToolCallFamily>(data[0] % 3);
+  const auto family = static_cast<tandem::ToolCallFamily>(data[0] % 4);  // Hermes, Llama3, Mistral, Generic
   const size_t max_calls = (data[0] & 0x80) ? 1 : SIZE_MAX;
   const auto whole = tandem::parse_tool_calls(family, text, max_calls);
   for (const auto& c : whole.calls) {

@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Tool calls and honest request fields under the official `openai` client (issue 25).
 
-On the bundled SmolLM2, whose own template takes no tools:
-  - a request with tools is a 400 naming 'tools' (tool_choice "none" is fine: nothing rendered);
+On the bundled SmolLM2, whose own template takes no tools (issue 51: the generic format):
+  - tool_choice "required" returns a call whose arguments validate against the schema; a named
+    function is always that function; "auto" returns a call or text; streamed and non-streamed
+    calls are equal; a round trip (call -> tool result -> answer) completes; the answer says
+    X-Tandem-Tool-Format: generic; /apply-template shows the tools in the system message;
+    Gemma 3 (no tools in its template either) the same, when it is installed;
+  - with --tool-format template a request with tools is a 400 naming 'tools';
   - fields tandem does not honour are 400s naming them; their no-op values are accepted.
 With --chat-template-file tests/data/chat_templates/smollm2-tools.jinja (Hermes/Qwen style):
   - tools are rendered (the prompt grows; /apply-template shows them), and not for "none";
@@ -86,15 +91,82 @@ def accumulate(chunks):
     return [calls[i] for i in sorted(calls)], content, finish
 
 
-def own_template_checks(client, port):
+def template_only_checks(client, port):
+    """--tool-format template: a template without tools refuses them, as before issue 51."""
     bad_request(lambda: client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER], max_tokens=4),
-                "tools", "tools on a template that takes none")
+                "tools", "--tool-format template: tools on a template that takes none")
     r = client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="none", max_tokens=4,
                                        temperature=0)
     check(r.choices[0].message.tool_calls is None, "tool_choice none renders no tools: any template serves it")
     code, err = post(port, "/apply-template", {"messages": QUESTION, "tools": [WEATHER]})
     check(code == 400 and err["error"]["param"] == "tools", f"/apply-template refuses tools the same way: {err}")
 
+
+def validates(arguments, tool):
+    import jsonschema
+    try:
+        jsonschema.validate(json.loads(arguments), tool["function"]["parameters"])
+        return True
+    except Exception:
+        return False
+
+
+def generic_checks(client, port, label):
+    """The generic format on a template without tools (issue 51)."""
+    chat = client.chat.completions.create
+    r = chat(model="m", messages=QUESTION, tools=[WEATHER, TIME], tool_choice="required", max_tokens=250, temperature=0)
+    calls = r.choices[0].message.tool_calls or []
+    check(r.choices[0].finish_reason == "tool_calls" and len(calls) >= 1 and calls[0].id.startswith("call_")
+          and all(validates(c.function.arguments, WEATHER if c.function.name == "get_weather" else TIME) for c in calls),
+          f"{label}: tool_choice required -> a call whose arguments satisfy the schema: "
+          f"{[(c.function.name, c.function.arguments) for c in calls]}")
+    streamed, content, finish = accumulate(chat(model="m", messages=QUESTION, tools=[WEATHER, TIME], tool_choice="required",
+                                                max_tokens=250, temperature=0, stream=True))
+    check(finish == "tool_calls" and content == "" and [(c["name"], c["arguments"]) for c in streamed] ==
+          [(c.function.name, c.function.arguments) for c in calls], f"{label}: streamed calls equal the non-streamed: {streamed}")
+    for seed in (1, 2, 3):
+        r = chat(model="m", messages=[{"role": "user", "content": "What time is it in Berlin?"}], tools=[WEATHER, TIME],
+                 tool_choice={"type": "function", "function": {"name": "get_time"}}, max_tokens=60, temperature=0.8, seed=seed)
+        calls = r.choices[0].message.tool_calls or []
+        check(len(calls) == 1 and calls[0].function.name == "get_time" and validates(calls[0].function.arguments, TIME),
+              f"{label}: a named function (sampled, seed {seed}) is always that function: "
+              f"{[(c.function.name, c.function.arguments) for c in calls]}")
+    one = chat(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False, max_tokens=80,
+               temperature=0)
+    check(len(one.choices[0].message.tool_calls or []) == 1, f"{label}: parallel_tool_calls false -> one call")
+    r = chat(model="m", messages=[{"role": "user", "content": "Say hello."}], tools=[WEATHER], max_tokens=60, temperature=0)
+    m = r.choices[0].message
+    check((m.tool_calls and r.choices[0].finish_reason == "tool_calls") or (m.content and not m.tool_calls and
+                                                                             not m.content.lstrip().startswith("{")),
+          f"{label}: tool_choice auto -> a call or text: {m.content!r} {m.tool_calls}")
+    # The round trip: the call, its result as a tool message, and an answer.
+    first = chat(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="required", max_tokens=250, temperature=0)
+    call = first.choices[0].message.tool_calls[0]
+    msgs = QUESTION + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "21 C and sunny"}]
+    final = chat(model="m", messages=msgs, tools=[WEATHER], max_tokens=60, temperature=0)
+    fm = final.choices[0].message
+    check(final.choices[0].finish_reason in ("stop", "length", "tool_calls") and (fm.content or fm.tool_calls),
+          f"{label}: a round trip (call -> tool result -> answer) completes: {fm.content!r} {fm.tool_calls}")
+    code, at = post(port, "/apply-template", {"messages": msgs, "tools": [WEATHER]})
+    check(code == 200 and "You can call these tools" in at["prompt"] and f"Result of tool call {call.id} (get_weather)" in at["prompt"],
+          f"{label}: /apply-template shows the tools in the system message and the result as a turn")
+    req = json.dumps({"messages": QUESTION, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 40}).encode()
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", "/v1/chat/completions", body=req, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    resp.read()
+    check(resp.status == 200 and resp.getheader("X-Tandem-Tool-Format") == "generic",
+          f"{label}: X-Tandem-Tool-Format {resp.getheader('X-Tandem-Tool-Format')}")
+    conn.close()
+    bad_request(lambda: chat(model="m", messages=QUESTION, tools=[WEATHER], max_tokens=4, response_format={"type": "json_object"}),
+                "tools", f"{label}: generic tools and response_format together")
+
+
+def own_template_checks(client, port):
+    generic_checks(client, port, "SmolLM2's own template")
     chat = client.chat.completions.create
     bad_request(lambda: chat(model="m", messages=QUESTION, max_tokens=4, frequency_penalty=0.5), "frequency_penalty",
                 "frequency_penalty 0.5")
@@ -266,13 +338,24 @@ def main():
         print("skip: the openai package is not installed (scripts/setup.sh installs it)")
         return SKIP
 
-    for extra, checks in [((), own_template_checks), (("--chat-template-file", TEMPLATE), None)]:
-        proc, port = start_server(a.tandem, a.model, extra)
+    gemma = os.path.join(os.path.dirname(os.path.abspath(a.model)), "gemma-3-270m-q4_k_m.gguf")
+    runs = [(a.model, (), "own"), (a.model, ("--tool-format", "template"), "template-only"),
+            (a.model, ("--chat-template-file", TEMPLATE), "tools-template")]
+    if os.path.exists(gemma):
+        runs.append((gemma, (), "gemma"))
+    else:
+        print(f"     (no {gemma}: Gemma 3's generic checks skipped; scripts/setup.sh --models all fetches it)")
+    for model, extra, which in runs:
+        proc, port = start_server(a.tandem, model, extra)
         try:
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
-            if checks:
-                checks(client, port)
+            if which == "own":
+                own_template_checks(client, port)
                 structured_output_checks(client)
+            elif which == "template-only":
+                template_only_checks(client, port)
+            elif which == "gemma":
+                generic_checks(client, port, "Gemma 3")
             else:
                 tools_template_checks(client, port)
                 forced_call_checks(client)
