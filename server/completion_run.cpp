@@ -8,16 +8,16 @@
 #include <optional>
 #include <mutex>
 #include <random>
+#include <variant>
 
 #include "chat/tool_calls.h"
 #include "core/timer.h"
-#include "engine/grammar/gbnf_parser.h"
-#include "engine/grammar/json_schema.h"
 #include "server/access_policy.h"
 #include "server/openai_json.h"
 #include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/request_prompt.h"
 #include "server/text_stream.h"
-#include "server/tool_use.h"
 
 namespace tandem::server {
 
@@ -54,22 +54,9 @@ std::string finish_name(FinishReason r, bool stopped_by_string) {
   return r == FinishReason::Length ? "length" : r == FinishReason::Error ? "error" : "cancelled";
 }
 
-// The request parameter a constraint came from (OutputConstraint::name: a schema's name,
-// "json_object", "grammar" or "tool_choice").
-std::string constraint_param(const std::string& name) {
-  return name == "grammar" || name == "tool_choice" ? name : "response_format";
-}
-
 HttpResponse json_response(int status, const ojson& body, const HttpHeaders& extra) {
   return {status, "application/json", dump_json(body), extra};
 }
-
-// How a chat answer with tools active is read: the family's parser, and the marker tokens
-// rendered as text for it.
-struct ToolOutput {
-  ToolCallFamily family = ToolCallFamily::Hermes;
-  std::vector<int32_t> marker_tokens;
-};
 
 // A request between submission and its last byte. Engine events (on the engine thread) are
 // queued; drain() handles them in order on a worker thread.
@@ -78,7 +65,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   CompletionRun(EndpointContext& ctx, bool chat, ParsedRequest pr, int n_prompt, std::shared_ptr<ResponseWriter> w, HttpHeaders extra,
                 std::string tenant, std::optional<ToolOutput> tools = std::nullopt)
       : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
-        tenant_(std::move(tenant)), text_(pr_.stop), tool_output_(std::move(tools)) {
+        tenant_(std::move(tenant)), response_(chat, ctx.model_name), text_(pr_.stop), tool_output_(std::move(tools)) {
     if (tool_output_)
       tool_stream_ = std::make_unique<ToolCallStream>(tool_output_->family, pr_.parallel_tool_calls ? SIZE_MAX : 1);
   }
@@ -191,7 +178,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       ojson lj = nullptr;
       if (pr_.logprobs) lj = chat_ ? chat_logprobs({lp}) : completion_logprobs({lp}, pr_.top_logprobs > 0, streamed_bytes_);
       streamed_bytes_ += lp.bytes.size();
-      send(chunk(text, lj, nullptr, false));
+      send(response_.chunk(text, lj, nullptr, false));
     }
     send_calls(std::move(calls));
   }
@@ -202,25 +189,14 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   }
 
   void add_calls(std::vector<ToolCall> calls) {
-    for (ToolCall& c : calls) {
-      ojson j = {{"id", make_tool_call_id(tool_output_->family, id_rng_)},
-                 {"type", "function"},
-                 {"function", {{"name", std::move(c.name)}, {"arguments", std::move(c.arguments)}}}};
-      tool_calls_.push_back(std::move(j));
-    }
+    for (ToolCall& c : calls) tool_calls_.push_back(tool_call_json(std::move(c), make_tool_call_id(tool_output_->family, id_rng_)));
   }
 
-  // Each call as OpenAI streams one: its id, type and name with empty arguments, then the arguments.
   void send_calls(std::vector<ToolCall> calls) {
     const size_t first = tool_calls_.size();
     add_calls(std::move(calls));
-    for (size_t i = first; i < tool_calls_.size(); i++) {
-      const ojson& c = tool_calls_[i];
-      ojson head = {{"index", i}, {"id", c["id"]}, {"type", "function"}, {"function", {{"name", c["function"]["name"]}, {"arguments", ""}}}};
-      send(delta_chunk({{"tool_calls", ojson::array({head})}}, nullptr));
-      ojson args = {{"index", i}, {"function", {{"arguments", c["function"]["arguments"]}}}};
-      send(delta_chunk({{"tool_calls", ojson::array({args})}}, nullptr));
-    }
+    const std::vector<ojson> added(tool_calls_.begin() + (ptrdiff_t)first, tool_calls_.end());
+    for (ojson& delta : tool_call_deltas(added, first)) send(response_.delta_chunk(std::move(delta), nullptr));
   }
 
   void on_accepted(Result<int64_t>& id) {
@@ -238,12 +214,12 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     ctx_.metrics.request_started(tenant_);
     started_ = true;
     if (gone) ctx_.loop.cancel(id_);
-    rid_ = fmt::format("{}-{}", chat_ ? "chatcmpl" : "cmpl", id_);
+    response_.set_id(fmt::format("{}-{}", chat_ ? "chatcmpl" : "cmpl", id_));
     if (!pr_.stream) return;
     HttpHeaders h = extra_;
     h.emplace_back("Cache-Control", "no-cache");
     w_->begin_stream(200, "text/event-stream", std::move(h));
-    send(chunk("", nullptr, nullptr, true));  // the role chunk (chat), an empty text chunk (completions)
+    send(response_.chunk("", nullptr, nullptr, true));  // the role chunk (chat), an empty text chunk (completions)
   }
 
   void on_finish(const SeqEvent& e) {
@@ -264,26 +240,18 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     }
     if (!pr_.stream) {
       add_calls(std::move(calls));
-      ojson choice = {{"index", 0}};
-      if (chat_) {
-        const std::string content = text_out_ + rest;
-        // With calls and no text, content is null, as OpenAI answers.
-        choice["message"] = {{"role", "assistant"}, {"content", content.empty() && !tool_calls_.empty() ? ojson(nullptr) : ojson(content)}};
-        if (!tool_calls_.empty()) choice["message"]["tool_calls"] = tool_calls_;
-      } else {
-        choice["text"] = text_out_ + rest;
-      }
-      choice["logprobs"] = !pr_.logprobs ? ojson(nullptr) : chat_ ? chat_logprobs(logprobs_) : completion_logprobs(logprobs_, pr_.top_logprobs > 0);
-      choice["finish_reason"] = reason;
-      return w_->respond(json_response(200, envelope(chat_ ? "chat.completion" : "text_completion", ojson::array({choice}), true), extra_));
+      const ojson lp = !pr_.logprobs ? ojson(nullptr) : chat_ ? chat_logprobs(logprobs_) : completion_logprobs(logprobs_, pr_.top_logprobs > 0);
+      return w_->respond(json_response(200, response_.answer(text_out_ + rest, tool_calls_, lp, reason, usage()), extra_));
     }
-    if (!rest.empty()) send(chunk(rest, nullptr, nullptr, false));
+    if (!rest.empty()) send(response_.chunk(rest, nullptr, nullptr, false));
     send_calls(std::move(calls));
-    send(chunk("", nullptr, reason, false));
-    if (pr_.include_usage) send(envelope(chat_ ? "chat.completion.chunk" : "text_completion", ojson::array(), true));
+    send(response_.chunk("", nullptr, reason, false));
+    if (pr_.include_usage) send(response_.usage_chunk(usage()));
     w_->write("data: [DONE]\n\n");
     w_->end_stream();
   }
+
+  TokenUsage usage() const { return {n_prompt_, completion_tokens_, n_cached_}; }
 
   // Whatever went wrong, the client gets an answer: a 500, or an error event that ends the stream.
   // A stream ends with the error event, then [DONE], so that a client reading to [DONE] sees why.
@@ -306,38 +274,6 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     w_->end_stream();
   }
 
-  ojson envelope(const char* object, ojson choices, bool usage) const {
-    ojson j = {{"id", rid_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}, {"choices", std::move(choices)}};
-    if (usage)
-      // cached_tokens: prompt tokens the prefix cache gave, within this request's cache scope only.
-      j["usage"] = {{"prompt_tokens", n_prompt_},
-                    {"completion_tokens", completion_tokens_},
-                    {"total_tokens", n_prompt_ + completion_tokens_},
-                    {"prompt_tokens_details", {{"cached_tokens", n_cached_}}}};
-    return j;
-  }
-
-  // A chat chunk with this delta (tool calls).
-  ojson delta_chunk(ojson delta, const ojson& finish) const {
-    ojson choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    return envelope("chat.completion.chunk", ojson::array({choice}), false);
-  }
-
-  ojson chunk(const std::string& text, const ojson& logprob, const ojson& finish, bool first) const {
-    ojson choice = {{"index", 0}};
-    if (chat_) {
-      ojson delta = ojson::object();
-      if (first) delta["role"] = "assistant";
-      if (!text.empty() || first) delta["content"] = text;
-      choice["delta"] = delta;
-    } else {
-      choice["text"] = text;
-    }
-    choice["logprobs"] = logprob;
-    choice["finish_reason"] = finish;
-    return envelope(chat_ ? "chat.completion.chunk" : "text_completion", ojson::array({choice}), false);
-  }
-
   void send(const ojson& j) { w_->write("data: " + dump_json(j) + "\n\n"); }
 
   EndpointContext& ctx_;
@@ -348,8 +284,8 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   std::shared_ptr<ResponseWriter> w_;
   const HttpHeaders extra_;
   const std::string tenant_;  // the API key's tenant ("" without keys): metrics per key
+  OpenAiResponse response_;
   Timer since_arrival_;
-  const int64_t created_ = (int64_t)std::time(nullptr);
 
   std::mutex mu_;  // guards the four below
   std::deque<Item> inbox_;
@@ -358,7 +294,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 
   // Worker-side state (one drain at a time).
   TextStream text_;
-  std::string rid_, text_out_;
+  std::string text_out_;
   std::vector<TokenLogprob> logprobs_;
   int completion_tokens_ = 0, n_cached_ = 0;
   size_t streamed_bytes_ = 0;
@@ -367,109 +303,26 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   // Tools active: the parser of the answer, the calls so far (OpenAI's JSON), their ids' source.
   std::optional<ToolOutput> tool_output_;
   std::unique_ptr<ToolCallStream> tool_stream_;
-  ojson tool_calls_ = ojson::array();
+  std::vector<ojson> tool_calls_;
   std::mt19937_64 id_rng_{std::random_device{}()};
   bool calls_complete_ = false;  // parallel_tool_calls false and the one call has come
 };
 
-Result<std::shared_ptr<const grammar::Grammar>> compile_constraint(const ParsedRequest::OutputConstraint& c) {
-  using Kind = ParsedRequest::OutputConstraint::Kind;
-  switch (c.kind) {
-    case Kind::JsonObject: return grammar::any_json_object_grammar();
-    case Kind::JsonSchema: return grammar::grammar_from_json_schema(c.schema);
-    case Kind::Gbnf: return grammar::parse_gbnf(c.gbnf);
-    default: return make_error("no constraint");
-  }
-}
-
 }  // namespace
 
 void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std::shared_ptr<ResponseWriter> w, HttpHeaders extra) {
-  const char* prompt_param = chat ? "messages" : "prompt";
   // The key's tenant: its metrics, and its fair share of the engine's admission and prefill.
   const std::string tenant = ctx.access ? ctx.access->match_key(req).tenant : std::string();
-  auto reject = [&](int status, const std::string& message, const std::string& param = "") {
+  auto prepared = prepare_request(ctx, chat, req, tenant);
+  if (auto* no = std::get_if<Rejection>(&prepared)) {
     ctx.metrics.request_rejected(tenant);
-    w->respond(json_response(status, error_body(message, "invalid_request_error", param), extra));
-  };
-  auto body = parse_json_body(req.body);
-  if (!body.ok()) return reject(400, body.error().message);
-  std::string bad;
-  auto parsed = parse_request(body.value(), chat, std::random_device{}(), &bad);
-  if (!parsed.ok()) return reject(400, parsed.error().message, bad);
-  ParsedRequest pr = std::move(parsed.value());
-  if (chat && !ctx.chat) return reject(400, "this model has no usable chat template; use /v1/completions");
-  RenderedPrompt rendered;  // chat: which bytes came from the request; completions: all the caller's
-  std::optional<ToolOutput> tool_output;
-  if (chat) {
-    auto format = tool_format_for(pr, *ctx.chat, &ctx.tok.vocab(), ctx.tool_format);
-    if (!format.ok()) return reject(400, format.error().message, "tools");
-    if (pr.tools_active()) {
-      tool_output = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
-      extra.emplace_back("X-Tandem-Tool-Format", tool_call_family_name(format->family));  // which format served the calls
-    }
-    const Status forced = add_tool_call_constraint(&pr, format->family, [](const ojson& schema, const std::string& prefix) {
-      return grammar::json_schema_to_gbnf(schema, prefix);
-    });
-    if (!forced.ok()) return reject(400, forced.error().message, "tools");
-    auto r = render_chat_prompt(*ctx.chat, pr, true, format->family);
-    if (!r.ok()) return reject(400, r.error().message, "messages");
-    rendered = std::move(r.value());
-  } else {
-    rendered.text = std::move(pr.prompt);
+    return w->respond(json_response(no->status, error_body(no->message, "invalid_request_error", no->param), extra));
   }
-  const std::string& text = rendered.text;
-  const int64_t n_ctx = ctx.model.config().n_ctx_train;
-  // Every token stands for at least one byte and at most the longest token's: a prompt this
-  // long is past the context whatever it says, and is refused without tokenizing it.
-  if (text.size() > ctx.longest_token_bytes * (size_t)n_ctx)
-    return reject(400,
-                  fmt::format("the prompt is {} bytes, more than the model's context of {} tokens can hold (tokens here are at "
-                              "most {} bytes)",
-                              text.size(), n_ctx, ctx.longest_token_bytes),
-                  prompt_param);
-  // The constraint (response_format, grammar, a forced tool call) becomes the request's
-  // grammar here, on this worker thread: a large schema compiles without holding up the engine.
-  std::shared_ptr<const grammar::Grammar> constraint;
-  if (pr.constraint.kind != ParsedRequest::OutputConstraint::Kind::None) {
-    auto g = compile_constraint(pr.constraint);
-    const std::string& n = pr.constraint.name;
-    // A grammar that compiles can still be unusable: its start past the grammar budget, or no
-    // token of the vocabulary able to begin it. Both are the request's fault: a 400 here, not
-    // an error once it runs (the check warms the mask cache for the first token).
-    const auto masker = ctx.loop.masker();
-    Status usable = g.ok() && masker ? masker->check_start(g.value()) : Status::Ok();
-    if (!g.ok() || !usable.ok())
-      return reject(400,
-                    fmt::format("{}: {}", n == "grammar" || n == "tool_choice" ? "'" + n + "'" : "response_format",
-                                !g.ok() ? g.error().message : usable.error().message),
-                    constraint_param(n));
-    constraint = g.value();
-  }
-  RequestParams rp;
-  // The tokenizer is immutable and thread-safe: each worker encodes on its own, outside any lock.
-  rp.prompt = chat ? ctx.tok.encode_chat(rendered, ctx.allow_special_in_messages) : ctx.tok.encode(text, true, true);
-  if ((int64_t)rp.prompt.size() >= n_ctx)
-    return reject(400, fmt::format("the prompt has {} tokens; the model's context is {} tokens", rp.prompt.size(), n_ctx), prompt_param);
-  if (pr.max_tokens_given && (int64_t)rp.prompt.size() + pr.max_tokens > n_ctx)
-    return reject(400,
-                  fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds the model's context of {} tokens", rp.prompt.size(),
-                              pr.max_tokens, n_ctx),
-                  "max_tokens");
-  if (!pr.max_tokens_given && chat) pr.max_tokens = (int)(n_ctx - (int64_t)rp.prompt.size());
-  rp.max_tokens = pr.max_tokens;
-  rp.sampling = pr.sampling;
-  if (!pr.ignore_eos) rp.stop_tokens = ctx.tok.vocab().end_of_generation;
-  rp.want_logprobs = pr.logprobs;
-  rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
-  rp.speculative = pr.speculative;
-  rp.grammar = constraint;
-  rp.cache_scope = cache_scope_for(ctx.cache_scope, ctx.keyed ? bearer_token(req) : std::string_view(), pr.cache_salt);
-  rp.tenant = tenant;
-  const int n_prompt = (int)rp.prompt.size();
-  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(pr), n_prompt, std::move(w), std::move(extra), tenant,
-                                           std::move(tool_output));
-  run->submit(std::move(rp));
+  PreparedRequest& p = std::get<PreparedRequest>(prepared);
+  extra.insert(extra.end(), p.headers.begin(), p.headers.end());
+  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(p.pr), p.n_prompt, std::move(w), std::move(extra), tenant,
+                                             std::move(p.tools));
+  run->submit(std::move(p.params));
 }
 
 }  // namespace tandem::server

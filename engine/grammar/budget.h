@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 #include <fmt/format.h>
@@ -53,7 +54,8 @@ inline std::string describe(Overflow o, const StateLimits& l) {
 struct GrammarBudget {
   StateLimits state;
   // One token mask: DFA work units (a settle step, a stack stored, sorted or looked up, a
-  // table entry) and wall time. 0 work: kMaskWorkPerVocabToken per vocabulary token (the masker
+  // table entry) and the computing thread's CPU time (not wall time: on a busy machine a
+  // preempted mask would fail an honest request, issue 51's Gemma calls under load). 0 work: kMaskWorkPerVocabToken per vocabulary token (the masker
   // sets it), since a mask's honest cost grows with the vocabulary. The costliest real masks
   // measured, strings of bounded length (every trie node a new DFA state), take up to ~3 units
   // per token (152k units, ~0.5 ms, on SmolLM2's 49k tokens); issue 34's probe spends ~150k
@@ -73,7 +75,7 @@ inline constexpr size_t kMinMaskWork = size_t{1} << 16;  // small vocabularies
 class MaskBudget {
  public:
   explicit MaskBudget(const GrammarBudget& b)
-      : max_work_(b.max_mask_work), max_time_(b.max_mask_time), start_(std::chrono::steady_clock::now()) {}
+      : max_work_(b.max_mask_work), max_time_(b.max_mask_time), start_(thread_cpu_time()) {}
 
   // Adds `work` units; false once a bound is passed (error() says which). The clock is read
   // every few thousand units (microseconds of work), not on every call.
@@ -86,8 +88,8 @@ class MaskBudget {
     }
     if (work_ >= next_clock_check_) {
       next_clock_check_ = work_ + kClockCheckEvery;
-      if (std::chrono::steady_clock::now() - start_ > max_time_) {
-        error_ = fmt::format("grammar budget: one token's mask took more than {} ms (max_mask_time)", max_time_.count() / 1000.0);
+      if (thread_cpu_time() - start_ > max_time_) {
+        error_ = fmt::format("grammar budget: one token's mask used more than {} ms of CPU time (max_mask_time)", max_time_.count() / 1000.0);
         return false;
       }
     }
@@ -98,6 +100,11 @@ class MaskBudget {
     if (!exceeded()) error_ = std::move(why);
   }
   bool exceeded() const { return !error_.empty(); }
+  static std::chrono::nanoseconds thread_cpu_time() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  }
   const std::string& error() const { return error_; }
   size_t work() const { return work_; }
 
@@ -105,7 +112,7 @@ class MaskBudget {
   static constexpr size_t kClockCheckEvery = 4096;
   size_t work_ = 0, max_work_, next_clock_check_ = 0;
   std::chrono::microseconds max_time_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::nanoseconds start_;  // the thread's CPU time when the mask began
   std::string error_;
 };
 
