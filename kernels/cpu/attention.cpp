@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/work_team.h"
 
@@ -71,9 +72,7 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
   for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, keys_of(i));
   const RowDotFn dot = kernels.row_dot(kv_type);
   const AxpyFn axpy = kernels.axpy(kv_type);
-  const AttendHeadsFn heads = kernels.isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv_type, s.head_dim)
-                              : kernels.isa == Isa::Avx2 ? attend_heads_kernel_avx2(kv_type, s.head_dim)
-                                                         : nullptr;
+  const AttendHeadsFn heads = kernels.attend_heads(kv_type, s.head_dim);
   if (heads) {
     // Work items: a query row's heads that share a KV head, so each K and V row is widened
     // once for all of them. With few rows (decode) there are too few such items for even
