@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "core/fp16.h"
 #include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
@@ -40,8 +41,8 @@ void BM_QuantDot(benchmark::State& st, DType t, Isa isa) {
   std::vector<float> x(kCols);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
   std::vector<BlockQ8Act> xq(kCols / 32);
-  quantize_act_kernel(isa)(x.data(), xq.data(), kCols);
-  const QuantDotFn f = quant_dot_kernel(t, isa);
+  kernels_for(isa).quantize_act(x.data(), xq.data(), kCols);
+  const QuantDotFn f = kernels_for(isa).quant_dot(t);
   for (auto _ : st) benchmark::DoNotOptimize(f(row.data(), xq.data(), kCols));
   st.SetBytesProcessed(st.iterations() * (int64_t)row.size());
   st.SetItemsProcessed(st.iterations() * kCols);
@@ -53,8 +54,8 @@ void BM_QuantDot4(benchmark::State& st, DType t, Isa isa) {
   std::vector<float> x(4 * kCols);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
   std::vector<BlockQ8Act> xq(4 * kCols / 32);
-  for (int j = 0; j < 4; j++) quantize_act_kernel(isa)(x.data() + j * kCols, xq.data() + j * kCols / 32, kCols);
-  const QuantDot4Fn f = quant_dot4_kernel(t, isa);
+  for (int j = 0; j < 4; j++) kernels_for(isa).quantize_act(x.data() + j * kCols, xq.data() + j * kCols / 32, kCols);
+  const QuantDot4Fn f = kernels_for(isa).quant_dot4(t);
   float out[4];
   for (auto _ : st) {
     f(row.data(), xq.data(), kCols / 32, kCols, out);
@@ -75,8 +76,8 @@ void BM_PackedGemm(benchmark::State& st, DType t, Isa isa, int tokens) {
   std::vector<float> x(tokens * kCols);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
   std::vector<BlockQ8Act> xq(tokens * kCols / 32);
-  quantize_act_kernel(isa)(x.data(), xq.data(), tokens * kCols);
-  const PackedGemmFn f = packed_gemm_kernel(t, isa);
+  kernels_for(isa).quantize_act(x.data(), xq.data(), tokens * kCols);
+  const PackedGemmFn f = kernels_for(isa).packed(t);
   std::vector<float> out(tokens * kPackRows);
   for (auto _ : st) {
     f(packed.get(), kCols, xq.data(), kCols / 32, tokens, out.data(), kPackRows, kPackRows);
@@ -96,7 +97,7 @@ void BM_PackedFloatGemm(benchmark::State& st, Isa isa, int tokens) {
   const auto packed = pack_float_rows(DType::F16, reinterpret_cast<const uint8_t*>(rows.data()), kPackRows, C, C * 2);
   std::vector<float> x(tokens * C);
   for (auto& v : x) v = (float)(rng() % 200) / 100.0f - 1.0f;
-  const PackedFloatGemmFn f = packed_float_gemm_kernel(DType::F16, isa);
+  const PackedFloatGemmFn f = kernels_for(isa).packed_float(DType::F16);
   std::vector<float> out(tokens * kPackRows);
   for (auto _ : st) {
     f(packed.get(), C, x.data(), C, tokens, out.data(), kPackRows, kPackRows);
@@ -120,8 +121,8 @@ void BM_PackedStream(benchmark::State& st, DType t, Isa isa) {
   const size_t gb = packed_group_bytes(t, kCols);
   std::vector<float> x(kCols, 0.3f);
   std::vector<BlockQ8Act> xq(kCols / 32);
-  quantize_act_kernel(isa)(x.data(), xq.data(), kCols);
-  const PackedGemmFn f = packed_gemm_kernel(t, isa);
+  kernels_for(isa).quantize_act(x.data(), xq.data(), kCols);
+  const PackedGemmFn f = kernels_for(isa).packed(t);
   std::vector<float> out(kRows);
   const int64_t groups = kRows / kPackRows;
   for (auto _ : st) {
@@ -141,7 +142,7 @@ void BM_RowDot(benchmark::State& st, DType t, Isa isa) {
   std::mt19937 rng(3);
   const auto row = random_row(t, kCols, rng);
   std::vector<float> x(kCols, 0.5f);
-  const RowDotFn f = row_dot_kernel(t, isa);
+  const RowDotFn f = kernels_for(isa).row_dot(t);
   for (auto _ : st) benchmark::DoNotOptimize(f(row.data(), x.data(), kCols));
   st.SetBytesProcessed(st.iterations() * (int64_t)row.size());
   st.SetItemsProcessed(st.iterations() * kCols);
@@ -154,7 +155,7 @@ void BM_RowDotTokens(benchmark::State& st, DType t, Isa isa, int tokens) {
   std::mt19937 rng(7);
   const auto row = random_row(t, kHeadCols, rng);
   std::vector<float> x(tokens * kHeadCols, 0.5f), out(tokens);
-  const RowDotTokensFn f = row_dot_tokens_kernel(t, isa);
+  const RowDotTokensFn f = kernels_for(isa).row_dot_tokens(t);
   for (auto _ : st) {
     f(row.data(), x.data(), kHeadCols, tokens, kHeadCols, out.data(), 1);
     benchmark::DoNotOptimize(out.data());
@@ -164,7 +165,7 @@ void BM_RowDotTokens(benchmark::State& st, DType t, Isa isa, int tokens) {
 
 void BM_F32Tile(benchmark::State& st, Isa isa) {
   std::vector<float> a(2 * kCols, 0.25f), b(4 * kCols, 0.5f);
-  const F32TileFn f = f32_tile_kernel(isa);
+  const F32TileFn f = kernels_for(isa).tile_f32;
   float out[8];
   for (auto _ : st) {
     f(a.data(), kCols, b.data(), kCols, kCols, out);
@@ -176,7 +177,7 @@ void BM_F32Tile(benchmark::State& st, Isa isa) {
 void BM_QuantizeAct(benchmark::State& st, Isa isa) {
   std::vector<float> x(kCols, 0.3f);
   std::vector<BlockQ8Act> xq(kCols / 32);
-  const QuantizeActFn f = quantize_act_kernel(isa);
+  const QuantizeActFn f = kernels_for(isa).quantize_act;
   for (auto _ : st) {
     f(x.data(), xq.data(), kCols);
     benchmark::DoNotOptimize(xq.data());
@@ -205,7 +206,7 @@ void BM_AttentionDecode(benchmark::State& st, Isa isa, DType kv_type, int n_laye
     quantize_q8_0_scalar(rows.data(), layer.data(), n);
   }
   std::vector<std::vector<uint8_t>> k(n_layers, layer), v(n_layers, layer);
-  const CpuKernels kernels = CpuKernels::for_isa(isa);
+  const CpuKernels kernels = kernels_for(isa);
   for (auto _ : st) {
     for (int l = 0; l < n_layers; l++)
       attention(q.data(), k[l].data(), v[l].data(), kv_type, 1, ctx - 1, s, out.data(), kernels);
@@ -221,7 +222,7 @@ void BM_QuantizeKvRow(benchmark::State& st, Isa isa) {
   std::normal_distribution<float> nd;
   for (auto& e : x) e = nd(rng);
   std::vector<BlockQ8_0> out(x.size() / kQK);
-  const QuantizeQ8_0Fn f = quantize_q8_0_kernel(isa);
+  const QuantizeQ8_0Fn f = kernels_for(isa).quantize_q8_0;
   for (auto _ : st) {
     f(x.data(), out.data(), (int64_t)x.size());
     benchmark::DoNotOptimize(out.data());
@@ -236,8 +237,8 @@ int register_all() {
                     DType::Q6_K}) {
       const std::string name(dtype_name(t));
       benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
-      if (quant_dot4_kernel(t, isa)) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
-      if (packed_gemm_kernel(t, isa)) {
+      if (kernels_for(isa).quant_dot4(t)) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
+      if (kernels_for(isa).packed(t)) {
         benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
         benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
         if (t == DType::Q4_0 || t == DType::Q6_K)
@@ -247,11 +248,11 @@ int register_all() {
     }
     for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0, DType::Q6_K})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
-    if (row_dot_tokens_kernel(DType::Q8_0, isa))
+    if (kernels_for(isa).row_dot_tokens(DType::Q8_0))
       for (int tokens : {1, 2, 5, 8})
         benchmark::RegisterBenchmark(("row_dot_tokens/Q8_0/" + std::to_string(tokens) + at).c_str(), BM_RowDotTokens,
                                      DType::Q8_0, isa, tokens);
-    if (packed_float_gemm_kernel(DType::F16, isa)) {
+    if (kernels_for(isa).packed_float(DType::F16)) {
       for (int tokens : {128, 8, 1})  // the argument: columns (SmolLM2-135M's, Llama-3.2-1B's)
         benchmark::RegisterBenchmark(("packed_float_16x" + std::to_string(tokens) + "/F16" + at).c_str(), BM_PackedFloatGemm,
                                      isa, tokens)

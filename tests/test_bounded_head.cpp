@@ -13,7 +13,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/bounded_head.h"
-#include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -66,7 +66,7 @@ TEST(BoundedHead, ArgmaxTiesAndFloatsAreTheExactHeads) {
   const std::vector<float> X = tokens(w, rng);
   int checked = 0;
   for (Isa isa : supported_isas()) {
-    const CpuKernels f32 = CpuKernels::for_isa(isa, false), q8 = CpuKernels::for_isa(isa, true);
+    const CpuKernels f32 = kernels_for(isa, false), q8 = kernels_for(isa, true);
     WeightMatrix exact{DType::Q8_0, reinterpret_cast<const uint8_t*>(w.data()), kRows, kCols, sizeof(BlockQ8_0) * kBlocks,
                        f32.row_dot(DType::Q8_0), nullptr, nullptr, {}, 0, {}, {}, {}, {}};
     exact.dot_tokens = f32.row_dot_tokens(DType::Q8_0);
@@ -113,7 +113,7 @@ TEST(BoundedHead, ArgmaxTiesAndFloatsAreTheExactHeads) {
 TEST(BoundedHead, OnlyForQ8_0HeadsWithAMultiTokenFloatKernel) {
   std::mt19937 rng(8);
   const std::vector<BlockQ8_0> w = random_rows(rng);
-  const CpuKernels f32 = CpuKernels::for_isa(best_isa(), false), q8 = CpuKernels::for_isa(best_isa(), true);
+  const CpuKernels f32 = kernels_for(best_isa(), false), q8 = kernels_for(best_isa(), true);
   WeightMatrix exact{DType::Q8_0, reinterpret_cast<const uint8_t*>(w.data()), kRows, kCols, sizeof(BlockQ8_0) * kBlocks,
                      f32.row_dot(DType::Q8_0), nullptr, nullptr, {}, 0, {}, {}, {}, {}};
   EXPECT_EQ(BoundedHead::make(exact, q8), nullptr) << "no multi-token float kernel: its floats could not be recomputed";

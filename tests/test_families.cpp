@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "test_sequence.h"
@@ -240,7 +241,7 @@ TEST(FamilyOps, GeluTanhGateMatchesItsDefinitionOnEveryIsa) {
   g[0] = 0.0f, g[1] = -30.0f, g[2] = 30.0f;
   for (cpu::Isa isa : cpu::supported_isas()) {
     std::vector<float> out = g;
-    cpu::gelu_tanh_mul_kernel(isa)(out.data(), u.data(), n);
+    cpu::kernels_for(isa).gelu_tanh_mul(out.data(), u.data(), n);
     for (int i = 0; i < n; i++) {
       const double x = g[(size_t)i];
       const double want = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * u[(size_t)i];
@@ -275,7 +276,7 @@ TEST(FamilyOps, SlidingWindowAttentionMatchesReference) {
     for (int64_t window : {1, 5, 300, 5000}) {
       const cpu::AttentionShape shape{n_head, n_kv, hd, 0.3f, window};
       for (cpu::Isa isa : cpu::supported_isas()) {
-        const cpu::CpuKernels kern = cpu::CpuKernels::for_isa(isa);
+        const cpu::CpuKernels kern = cpu::kernels_for(isa);
         std::vector<float> pre((size_t)n_ctx * n_head * hd);
         cpu::attention(q.data(), k.data(), v.data(), DType::F32, n_ctx, 0, shape, pre.data(), kern);
         for (int64_t p : {0L, 3L, 4L, 299L, 300L, 301L, 555L, 699L}) {

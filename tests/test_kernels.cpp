@@ -12,6 +12,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_float.h"
@@ -69,7 +70,7 @@ TEST(Kernels, EveryIsaDotMatchesReferenceAndScalarTwin) {
     const float scalar = row_dot_scalar(v.type, v.raw.data(), x.data(), n);
     EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-6) << dtype_name(v.type);
     for (Isa isa : supported_isas()) {
-      const RowDotFn f = row_dot_kernel(v.type, isa);
+      const RowDotFn f = kernels_for(isa).row_dot(v.type);
       ASSERT_NE(f, nullptr) << dtype_name(v.type) << " " << isa_name(isa);
       EXPECT_NEAR(f(v.raw.data(), x.data(), n), scalar, 1e-5 * mag + 1e-6) << dtype_name(v.type) << " " << isa_name(isa);
     }
@@ -89,7 +90,7 @@ TEST(Kernels, ActivationQuantizationSameOnEveryIsa) {
     for (int j = 0; j < 32; j++) ASSERT_NEAR(ref[b].qs[j] * ref[b].d, x[b * 32 + j], 0.51f * ref[b].d + 1e-3f * ref[b].d * 127);
   EXPECT_EQ(ref[2].d, 0.0f);
   for (Isa isa : supported_isas()) {
-    quantize_act_kernel(isa)(x.data(), got.data(), 256);
+    kernels_for(isa).quantize_act(x.data(), got.data(), 256);
     for (int b = 0; b < 8; b++) {
       EXPECT_EQ(got[b].d, ref[b].d) << isa_name(isa);
       EXPECT_EQ(got[b].s, ref[b].s) << isa_name(isa);
@@ -115,23 +116,23 @@ TEST(Kernels, QuantizedActivationDotsEveryIsa) {
     const float scalar = quant_dot_scalar(v.type, v.raw.data(), xq.data(), n);
     EXPECT_NEAR(scalar, exact, 0.02 * mag) << dtype_name(v.type) << ": 8-bit activations stay close to exact";
     for (Isa isa : supported_isas())
-      EXPECT_NEAR(quant_dot_kernel(v.type, isa)(v.raw.data(), xq.data(), n), scalar, 1e-5 * mag)
+      EXPECT_NEAR(kernels_for(isa).quant_dot(v.type)(v.raw.data(), xq.data(), n), scalar, 1e-5 * mag)
           << dtype_name(v.type) << " " << isa_name(isa);
     // Four tokens at once: rows of 64 or 96 elements (2 or 3 blocks: AVX-512 takes blocks in
     // pairs, so an odd count has a tail) against 4 token rows of xq.
     for (const int64_t cols : {64, 96}) {
-      if (!quant_dot4_kernel(v.type, Isa::Scalar)) break;  // no four-token kernel
+      if (!kernels_for(Isa::Scalar).quant_dot4(v.type)) break;  // no four-token kernel
       const int64_t stride = 4;  // token j starts at block j * stride
       if (4 * stride * 32 > n) continue;
       for (Isa isa : supported_isas()) {
         float got[4];
-        quant_dot4_kernel(v.type, isa)(v.raw.data(), xq.data(), stride, cols, got);
+        kernels_for(isa).quant_dot4(v.type)(v.raw.data(), xq.data(), stride, cols, got);
         for (int j = 0; j < 4; j++) {
           EXPECT_NEAR(got[j], quant_dot_scalar(v.type, v.raw.data(), xq.data() + j * stride, cols), 1e-5 * mag)
               << dtype_name(v.type) << " " << isa_name(isa) << " token " << j << " cols " << cols;
           // Within one ISA the four-token and one-token dots agree exactly (batching must not
           // change results).
-          EXPECT_EQ(got[j], quant_dot_kernel(v.type, isa)(v.raw.data(), xq.data() + j * stride, cols))
+          EXPECT_EQ(got[j], kernels_for(isa).quant_dot(v.type)(v.raw.data(), xq.data() + j * stride, cols))
               << dtype_name(v.type) << " " << isa_name(isa) << " token " << j << " cols " << cols;
         }
       }
@@ -148,11 +149,11 @@ TEST(Kernels, F32DotAndAxpyEveryIsa) {
     for (int64_t i = 0; i < n; i++) a[i] = nd(rng), b[i] = nd(rng), bh[i] = fp32_to_fp16(b[i]);
     const float ref = f32_dot_scalar(a.data(), b.data(), n);
     for (Isa isa : supported_isas()) {
-      EXPECT_NEAR(f32_dot_kernel(isa)(a.data(), b.data(), n), ref, 1e-4 * n) << isa_name(isa) << " n=" << n;
+      EXPECT_NEAR(kernels_for(isa).dot_f32(a.data(), b.data(), n), ref, 1e-4 * n) << isa_name(isa) << " n=" << n;
       for (DType t : {DType::F32, DType::F16}) {
         std::vector<float> y_ref(a), y(a);
         axpy_scalar(t, 0.5f, t == DType::F32 ? (const void*)b.data() : (const void*)bh.data(), y_ref.data(), n);
-        axpy_kernel(t, isa)(0.5f, t == DType::F32 ? (const void*)b.data() : (const void*)bh.data(), y.data(), n);
+        kernels_for(isa).axpy(t)(0.5f, t == DType::F32 ? (const void*)b.data() : (const void*)bh.data(), y.data(), n);
         for (int64_t i = 0; i < n; i++) ASSERT_NEAR(y[i], y_ref[i], 1e-6f) << isa_name(isa);
       }
     }
@@ -172,7 +173,7 @@ TEST(Kernels, F32TileEveryIsa) {
     for (int t = 0; t < 4; t++)
       for (int r = 0; r < 2; r++) EXPECT_FLOAT_EQ(ref[t * 2 + r], f32_dot_scalar(a.data() + r * as, b.data() + t * bs, n));
     for (Isa isa : supported_isas()) {
-      f32_tile_kernel(isa)(a.data(), as, b.data(), bs, n, got);
+      kernels_for(isa).tile_f32(a.data(), as, b.data(), bs, n, got);
       for (int k = 0; k < 8; k++) EXPECT_NEAR(got[k], ref[k], 1e-4 * n) << isa_name(isa) << " n=" << n;
     }
   }
@@ -196,7 +197,7 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
     const int64_t cols = dtype_info((uint32_t)v.type)->block_elems == 256 ? 256 : 64;
     const int64_t rows = 512 / cols;
     for (Isa isa : supported_isas()) {
-      const CpuKernels k = CpuKernels::for_isa(isa);
+      const CpuKernels k = kernels_for(isa);
       WeightMatrix w{v.type, v.raw.data(), rows, cols, v.raw.size() / rows, k.row_dot(v.type), k.quant_dot(v.type),
                      k.quant_dot4(v.type), {}, 0, {}};
       w.pack_for(k);
@@ -248,9 +249,9 @@ TEST(Kernels, RowDotTokensEqualsRowDotBitForBit) {
   std::normal_distribution<float> nd;
   int checked = 0;
   for (Isa isa : supported_isas()) {
-    const RowDotTokensFn f = row_dot_tokens_kernel(DType::Q8_0, isa);
+    const RowDotTokensFn f = kernels_for(isa).row_dot_tokens(DType::Q8_0);
     if (!f) continue;
-    const RowDotFn dot = row_dot_kernel(DType::Q8_0, isa);
+    const RowDotFn dot = kernels_for(isa).row_dot(DType::Q8_0);
     for (int64_t cols : {32, 576}) {
       const int64_t rows = 5;
       const auto raw = random_quant_rows(DType::Q8_0, rows, cols, rng);
@@ -270,7 +271,7 @@ TEST(Kernels, RowDotTokensEqualsRowDotBitForBit) {
       }
     }
     // Through matmul: every tile, every token count.
-    const CpuKernels k = CpuKernels::for_isa(isa, false);
+    const CpuKernels k = kernels_for(isa, false);
     const int64_t rows = 70, cols = 96;
     const auto raw = random_quant_rows(DType::Q8_0, rows, cols, rng);
     WeightMatrix w{DType::Q8_0, raw.data(), rows, cols, raw.size() / rows, k.row_dot(DType::Q8_0), nullptr, nullptr,
@@ -323,7 +324,7 @@ TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
         ASSERT_NEAR(ref[j * rows + r], plain, 1e-4f * (1 + std::fabs(plain))) << dtype_name(t);
       }
     for (Isa isa : supported_isas()) {
-      const PackedGemmFn f = packed_gemm_kernel(t, isa);
+      const PackedGemmFn f = kernels_for(isa).packed(t);
       if (isa != Isa::Scalar) {
         ASSERT_NE(f, nullptr) << dtype_name(t) << " " << isa_name(isa);
       }
@@ -395,7 +396,7 @@ TEST(Kernels, PackedGemmExactAtExtremeValues) {
         ASSERT_NEAR(ref[j * rows + r], plain, 1e-4f * (1 + std::fabs(plain))) << dtype_name(t);
       }
     for (Isa isa : supported_isas()) {
-      const PackedGemmFn f = packed_gemm_kernel(t, isa);
+      const PackedGemmFn f = kernels_for(isa).packed(t);
       if (!f) continue;
       for (int n : {1, 3, kPackMaxTokens}) {
         std::vector<float> got(kPackMaxTokens * rows);
@@ -423,7 +424,7 @@ TEST(Kernels, QuantProductsMatchFloat64OverDequantizedWeights) {
     for (auto& e : X) e = nd(rng);
     for (Isa isa : supported_isas())
       for (bool int8 : {true, false}) {
-        const CpuKernels k = CpuKernels::for_isa(isa, int8);
+        const CpuKernels k = kernels_for(isa, int8);
         WeightMatrix w{t, raw.data(), rows, cols, rb, k.row_dot(t), k.quant_dot(t), k.quant_dot4(t), {}, 0, {}};
         ASSERT_NE(w.dot, nullptr) << dtype_name(t);
         w.pack_for(k);
@@ -482,7 +483,7 @@ TEST(Kernels, PackedFloatGemmExactAcrossTokenCountsAndIsas) {
         ASSERT_NEAR(ref[j * rows + r], plain, 1e-4 * (1 + std::fabs(plain))) << dtype_name(t);
       }
     for (Isa isa : supported_isas()) {
-      const PackedFloatGemmFn f = packed_float_gemm_kernel(t, isa);
+      const PackedFloatGemmFn f = kernels_for(isa).packed_float(t);
       if (!f) continue;
       for (int n = 1; n <= kTokens; n++) {
         std::vector<float> got(kTokens * rows + 1, -7.0f);  // sentinel past the end
@@ -542,7 +543,7 @@ TEST(Kernels, F32ToF16MatchesSoftwareRoundingBitForBit) {
     for (size_t n : {x.size(), (size_t)7, (size_t)9}) {
       std::vector<uint16_t> want(n), got(n);
       f32_to_f16_scalar(x.data(), want.data(), (int64_t)n);
-      f32_to_f16_kernel(isa)(x.data(), got.data(), (int64_t)n);
+      kernels_for(isa).f32_to_f16(x.data(), got.data(), (int64_t)n);
       for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " x=" << x[i];
     }
 }
@@ -558,7 +559,7 @@ TEST(Kernels, SiluMulMatchesScalarAtEveryIsa) {
       for (int64_t i = 0; i < n; i++) g[i] = i % 5 == 0 ? wide(rng) : usual(rng), u[i] = usual(rng);
       std::vector<float> want = g, got = g;
       silu_mul(want.data(), u.data(), n);
-      silu_mul_kernel(isa)(got.data(), u.data(), n);
+      kernels_for(isa).silu_mul(got.data(), u.data(), n);
       for (int64_t i = 0; i < n; i++)
         ASSERT_NEAR(got[i], want[i], 1e-6f * std::abs(want[i]) + 1e-30f) << isa_name(isa) << " g=" << g[i];
     }
@@ -593,7 +594,7 @@ TEST(Kernels, AttentionMatchesDirectFormula) {
         const void* kc = kv_type == DType::F16 ? (const void*)k16.data() : k.data();
         const void* vc = kv_type == DType::F16 ? (const void*)v16.data() : v.data();
         for (Isa isa : supported_isas()) {
-          const auto kern = CpuKernels::for_isa(isa);
+          const auto kern = kernels_for(isa);
           attention(q.data(), kc, vc, kv_type, n_q, pos0, s, out.data(), kern);
           for (int64_t i = 0; i < n_q; i++) {
             attention(q.data() + i * qd, kc, vc, kv_type, 1, pos0 + i, s, one.data(), kern);

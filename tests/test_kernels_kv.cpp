@@ -15,6 +15,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_float.h"
@@ -59,7 +60,7 @@ TEST(Kernels, Q8_0QuantizerWritesGgmlBlocks) {
   want.insert(want.end(), 34, 0);
   ASSERT_EQ(want.size(), 3 * sizeof(BlockQ8_0));
   for (Isa isa : supported_isas()) {
-    const std::vector<uint8_t> got = quantize_q8_0_with(quantize_q8_0_kernel(isa), x);
+    const std::vector<uint8_t> got = quantize_q8_0_with(kernels_for(isa).quantize_q8_0, x);
     ASSERT_EQ(got, want) << isa_name(isa);
     std::vector<float> back(x.size());
     ASSERT_TRUE(dequantize_row(DType::Q8_0, got.data(), back.data(), (int64_t)back.size()));
@@ -94,7 +95,7 @@ TEST(Kernels, Q8_0QuantizerSameBytesOnEveryIsa) {
   for (Isa isa : supported_isas()) {
     for (size_t n : {x.size(), (size_t)kQK, (size_t)3 * kQK}) {
       const std::vector<float> part(x.begin(), x.begin() + (ptrdiff_t)n);
-      const std::vector<uint8_t> got = quantize_q8_0_with(quantize_q8_0_kernel(isa), part);
+      const std::vector<uint8_t> got = quantize_q8_0_with(kernels_for(isa).quantize_q8_0, part);
       for (size_t i = 0; i < got.size(); i++)
         ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " block " << i / 34 << " byte " << i % 34;
     }
@@ -139,12 +140,12 @@ TEST(Kernels, Q8_0AxpyEqualsF32AxpyOfDequantizedEveryIsa) {
     std::vector<float> deq(n);
     ASSERT_TRUE(dequantize_row(DType::Q8_0, q.data(), deq.data(), n));
     for (Isa isa : supported_isas()) {
-      ASSERT_NE(axpy_kernel(DType::Q8_0, isa), nullptr);
+      ASSERT_NE(kernels_for(isa).axpy(DType::Q8_0), nullptr);
       std::vector<float> got(y0), want(y0);
-      axpy_kernel(DType::Q8_0, isa)(0.37f, q.data(), got.data(), n);
-      axpy_kernel(DType::F32, isa)(0.37f, deq.data(), want.data(), n);
+      kernels_for(isa).axpy(DType::Q8_0)(0.37f, q.data(), got.data(), n);
+      kernels_for(isa).axpy(DType::F32)(0.37f, deq.data(), want.data(), n);
       for (int64_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << isa_name(isa) << " n=" << n << " i=" << i;
-      EXPECT_NEAR(row_dot_kernel(DType::Q8_0, isa)(q.data(), y0.data(), n), f32_dot_scalar(deq.data(), y0.data(), n),
+      EXPECT_NEAR(kernels_for(isa).row_dot(DType::Q8_0)(q.data(), y0.data(), n), f32_dot_scalar(deq.data(), y0.data(), n),
                   1e-4 * n);
     }
   }
@@ -185,7 +186,7 @@ TEST(Kernels, AttentionOverQ8_0CacheEveryIsa) {
       std::vector<int> seq(n_q, 0);
       for (int64_t i = 0; i < n_q; i++) pos[i] = pos0 + i;
       for (Isa isa : supported_isas()) {
-        const auto kern = CpuKernels::for_isa(isa);
+        const auto kern = kernels_for(isa);
         const std::string at = std::string(isa_name(isa)) + " head_dim " + std::to_string(hd) + " pos0 " + std::to_string(pos0);
         std::vector<float> out(n_q * qd), as_f32(n_q * qd), paged(n_q * qd), one(qd);
         attention(q.data(), kq.data(), vq.data(), DType::Q8_0, n_q, pos0, s, out.data(), kern);
@@ -230,11 +231,11 @@ TEST(Kernels, SimdAttentionTakesEveryFamilysHeadSize) {
     if (isa == Isa::Scalar) continue;
     for (DType kv : {DType::F32, DType::F16, DType::Q8_0}) {
       for (int hd : {64, 96, 128, 256}) {
-        const AttendHeadsFn f = isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv, hd) : attend_heads_kernel_avx2(kv, hd);
+        const AttendHeadsFn f = kernels_for(isa).attend_heads(kv, hd);
         EXPECT_NE(f, nullptr) << isa_name(isa) << " " << dtype_name(kv) << " head_dim " << hd;
       }
       for (int hd : {8, 32, 80, 192}) {
-        const AttendHeadsFn f = isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv, hd) : attend_heads_kernel_avx2(kv, hd);
+        const AttendHeadsFn f = kernels_for(isa).attend_heads(kv, hd);
         EXPECT_EQ(f, nullptr) << isa_name(isa) << " " << dtype_name(kv) << " head_dim " << hd;
       }
     }
@@ -286,7 +287,7 @@ TEST(Kernels, WindowedAttentionOnWideHeadsEveryIsa) {
       std::vector<int> seq(n_q, 0);
       for (int64_t i = 0; i < n_q; i++) pos[i] = pos0 + i;
       for (Isa isa : supported_isas()) {
-        const auto kern = CpuKernels::for_isa(isa);
+        const auto kern = kernels_for(isa);
         const std::string at = std::string(isa_name(isa)) + " " + std::string(dtype_name(kv_type)) + " head_dim " +
                                std::to_string(hd) + " window " + std::to_string(c.window) + " pos0 " + std::to_string(pos0);
         std::vector<float> out(n_q * qd), paged(n_q * qd), one(qd);

@@ -9,7 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
-#include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "model/model.h"
 #include "test_paths.h"
 #include "test_sequence.h"
@@ -75,7 +75,7 @@ TEST(RealModel, PrefillDecodeAndNoCacheAgreeOn64Tokens) {
 TEST(RealModel, VerifySizedPassesEqualDecodeBitForBit) {
   const std::string path = test::default_model_path();
   if (!test::exists(path)) GTEST_SKIP() << "model not found at " << path << " (run scripts/setup.sh)";
-  if (!cpu::row_dot_tokens_kernel(DType::Q8_0, cpu::best_isa()))
+  if (!cpu::kernels_for(cpu::best_isa()).row_dot_tokens(DType::Q8_0))
     GTEST_SKIP() << "this CPU has no AVX2: its multi-token f32 head decodes rows to float (other sums than decode's)";
   CpuBackendOptions o;
   o.exact_products = {"output", "token_embd"};  // what --exact-products auto picks for SmolLM2

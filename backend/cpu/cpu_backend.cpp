@@ -43,8 +43,8 @@ bool name_has_components(std::string_view name, std::string_view pattern) {
 std::shared_ptr<Backend> default_backend() { return std::make_shared<CpuBackend>(); }
 
 CpuBackend::CpuBackend(const CpuBackendOptions& o)
-    : kernels_(cpu::CpuKernels::for_isa(o.isa, o.quantized_activations)),
-      exact_kernels_(cpu::CpuKernels::for_isa(o.isa, false)),
+    : kernels_(cpu::kernels_for(o.isa, o.quantized_activations)),
+      exact_kernels_(cpu::kernels_for(o.isa, false)),
       exact_products_(o.quantized_activations ? o.exact_products : std::vector<std::string>{}),
       threads_(o.threads > 0 ? o.threads : omp_get_max_threads()) {}
 

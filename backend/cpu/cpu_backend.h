@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/work_team.h"
 

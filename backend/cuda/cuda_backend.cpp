@@ -11,7 +11,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "kernels/cpu/dequantize.h"
-#include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 
 namespace tandem {
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/work_team.h"
 
@@ -55,6 +56,65 @@ void merge_segments(int64_t n_seg, const float* o, int64_t o_stride, const float
   }
 }
 
+// A thread's scratch for the head kernels: K and V row pointers of a segment, the scores of its
+// heads, and the segments of a row it does alone (own_o: [n_seg][per_item] outputs, own_st
+// their (max, sum) pairs).
+struct Scratch {
+  const uint8_t** k_rows;
+  const uint8_t** v_rows;
+  float *scores, *own_o, *own_st;
+};
+Scratch thread_scratch(int per_item, int64_t seg_keys, size_t own, int hd) {
+  thread_local std::vector<const uint8_t*> kv;
+  if (kv.size() < (size_t)(2 * seg_keys)) kv.resize((size_t)(2 * seg_keys));
+  float* f = own_scratch(0, (size_t)(per_item * seg_keys) + own * hd + own * 2);
+  return Scratch{kv.data(), kv.data() + seg_keys, f, f + per_item * seg_keys, f + per_item * seg_keys + own * hd};
+}
+
+// Attention without a head kernel: each (row, head) on its own, through the row dot and axpy.
+template <typename KeysOf, typename LoOf, typename Rows>
+void attend_by_head(const float* q, int64_t n_q, KeysOf keys_of, LoOf lo_of, Rows rows, DType kv_type,
+                    const AttentionShape& s, float scale, int64_t max_keys, float* out, const CpuKernels& kernels) {
+  const int64_t q_stride = (int64_t)s.n_head * s.head_dim;
+  const int group = s.n_head / s.n_kv_head;
+  const RowDotFn dot = kernels.row_dot(kv_type);
+  const AxpyFn axpy = kernels.axpy(kv_type);
+  parallel_for(n_q * s.n_head, Split{4, 0}, [&](int64_t b, int64_t e, int) {
+    float* scores = own_scratch(1, (size_t)max_keys);  // [n_keys] of one query row
+    for (int64_t w = b; w < e; w++) {
+      const int64_t i = w / s.n_head;
+      const int h = (int)(w % s.n_head);
+      const int kvh = h / group;
+      const int64_t n_keys = keys_of(i), lo = lo_of(i);
+      const float* qh = q + i * q_stride + (int64_t)h * s.head_dim;
+      for (int64_t t = 0; t < n_keys; t++) scores[t] = dot(rows(i, lo + t, kvh).first, qh, s.head_dim) * scale;
+      softmax(scores, n_keys);
+      float* oh = out + i * q_stride + (int64_t)h * s.head_dim;
+      std::memset(oh, 0, sizeof(float) * s.head_dim);
+      for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, lo + t, kvh).second, oh, s.head_dim);
+    }
+  });
+}
+
+// Merges the segment results of every row that has more than one segment into out.
+template <typename KeysOf>
+void merge_split_rows(int64_t n_q, int64_t max_seg, KeysOf keys_of, const AttentionShape& s, const float* part_o,
+                      const float* part_st, float* out) {
+  const int64_t q_stride = (int64_t)s.n_head * s.head_dim;
+  const int hd = s.head_dim;
+  parallel_for(n_q * s.n_head, Split{1, 1}, [&](int64_t b, int64_t e, int) {
+    for (int64_t w = b; w < e; w++) {
+      const int64_t i = w / s.n_head;
+      const int h = (int)(w % s.n_head);
+      const int64_t n_seg = segments(keys_of(i));
+      if (n_seg == 1) continue;
+      const int64_t at = i * max_seg * s.n_head + h;
+      merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
+                     out + i * q_stride + (int64_t)h * hd);
+    }
+  });
+}
+
 // The one attention body. Query row i (at position pos_of(i)) attends over keys
 // [first_key(pos_of(i)), pos_of(i)]; rows(i, t, kv_head) returns the K and V row pointers of
 // key t as that query sees them. Both entry points below differ only in that mapping, so they
@@ -69,11 +129,7 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
   auto keys_of = [&](int64_t i) { return pos_of(i) - lo_of(i) + 1; };
   int64_t max_keys = 0;
   for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, keys_of(i));
-  const RowDotFn dot = kernels.row_dot(kv_type);
-  const AxpyFn axpy = kernels.axpy(kv_type);
-  const AttendHeadsFn heads = kernels.isa == Isa::Avx512 ? attend_heads_kernel_avx512(kv_type, s.head_dim)
-                              : kernels.isa == Isa::Avx2 ? attend_heads_kernel_avx2(kv_type, s.head_dim)
-                                                         : nullptr;
+  const AttendHeadsFn heads = kernels.attend_heads(kv_type, s.head_dim);
   if (heads) {
     // Work items: a query row's heads that share a KV head, so each K and V row is widened
     // once for all of them. With few rows (decode) there are too few such items for even
@@ -89,20 +145,8 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
     // Segment results of split rows: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
     float* part_o = split ? team_buffer((size_t)(n_q * max_seg * s.n_head * (hd + 2))) : nullptr;
     float* part_st = split ? part_o + n_q * max_seg * s.n_head * hd : nullptr;
-    // Each thread's scratch: K and V row pointers of a segment, the scores of its heads, and the
-    // segments of a row it does alone ([max_seg][per_item]).
-    struct Scratch {
-      const uint8_t** k_rows;
-      const uint8_t** v_rows;
-      float *scores, *own_o, *own_st;
-    };
     const size_t own = split ? 0 : (size_t)(max_seg * per_item);
-    auto scratch = [&] {
-      thread_local std::vector<const uint8_t*> kv;
-      if (kv.size() < (size_t)(2 * seg_keys)) kv.resize((size_t)(2 * seg_keys));
-      float* f = own_scratch(0, (size_t)(per_item * seg_keys) + own * hd + own * 2);
-      return Scratch{kv.data(), kv.data() + seg_keys, f, f + per_item * seg_keys, f + per_item * seg_keys + own * hd};
-    };
+    auto scratch = [&] { return thread_scratch(per_item, seg_keys, own, hd); };
     // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when the
     // row has one segment and o is its output).
     auto run = [&](const Scratch& sc, int64_t i, int h0, int64_t sg, float* o, float* st) {
@@ -129,17 +173,7 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
           }
         }
       });
-      parallel_for(n_q * s.n_head, Split{1, 1}, [&](int64_t b, int64_t e, int) {
-        for (int64_t w = b; w < e; w++) {
-          const int64_t i = w / s.n_head;
-          const int h = (int)(w % s.n_head);
-          const int64_t n_seg = segments(keys_of(i));
-          if (n_seg == 1) continue;
-          const int64_t at = i * max_seg * s.n_head + h;
-          merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
-                         out + i * q_stride + (int64_t)h * hd);
-        }
-      });
+      merge_split_rows(n_q, max_seg, keys_of, s, part_o, part_st, out);
       return;
     }
     parallel_for(n_q * items_per_row, Split{2, 0}, [&](int64_t b, int64_t e, int) {
@@ -160,22 +194,7 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
     });
     return;
   }
-  const int64_t n_work = n_q * s.n_head;
-  parallel_for(n_work, Split{4, 0}, [&](int64_t b, int64_t e, int) {
-    float* scores = own_scratch(1, (size_t)max_keys);  // [n_keys] of one query row
-    for (int64_t w = b; w < e; w++) {
-      const int64_t i = w / s.n_head;
-      const int h = (int)(w % s.n_head);
-      const int kvh = h / group;
-      const int64_t n_keys = keys_of(i), lo = lo_of(i);
-      const float* qh = q + i * q_stride + (int64_t)h * s.head_dim;
-      for (int64_t t = 0; t < n_keys; t++) scores[t] = dot(rows(i, lo + t, kvh).first, qh, s.head_dim) * scale;
-      softmax(scores, n_keys);
-      float* oh = out + i * q_stride + (int64_t)h * s.head_dim;
-      std::memset(oh, 0, sizeof(float) * s.head_dim);
-      for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, lo + t, kvh).second, oh, s.head_dim);
-    }
-  });
+  attend_by_head(q, n_q, keys_of, lo_of, rows, kv_type, s, scale, max_keys, out, kernels);
 }
 
 using RowPair = std::pair<const uint8_t*, const uint8_t*>;  // K row, V row

@@ -4,9 +4,10 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/dot.h"
 
 namespace tandem::cpu {
+
+struct CpuKernels;  // kernel_table.h
 
 constexpr int64_t kAttentionSegmentKeys = 256;
 
@@ -36,21 +37,6 @@ inline int64_t first_key(const AttentionShape& s, int64_t pos) {
 // a prefill batch, or decoded (segments count from the row's first key).
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
-
-// n_heads consecutive query heads (q: [n_heads, head_dim]) that share one KV head, whose key t
-// has its K row at k_rows[t] and V row at v_rows[t] (head_dim elements of the cache type):
-// out[h] = softmax(q[h] . K^T * scale) V for each head. scores: [n_heads, scores_stride]
-// scratch, scores_stride >= n_keys. stats: nullptr, or [n_heads, 2] receiving each head's
-// largest scaled score m and sum of exp(score - m), which merging the results of several key
-// segments needs. A head's result does not depend on n_heads.
-using AttendHeadsFn = void (*)(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows,
-                               const uint8_t* const* v_rows, int64_t n_keys, float scale, float* scores,
-                               int64_t scores_stride, float* out, float* stats);
-// AVX-512 (attention_avx512.cpp), head_dim 64, 96, 128 or 256, F32, F16 or Q8_0 cache (a Q8_0
-// cache gives exactly what an F32 cache of its dequantized values gives); nullptr otherwise.
-AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim);
-// AVX2 (attention_avx2.cpp), the same shapes and cache types; nullptr otherwise.
-AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim);
 
 // K and V of one sequence held in a pool of fixed-size blocks (kv/block_pool.h): position t
 // lives in block table[t / block_tokens], row t % block_tokens.

@@ -10,7 +10,7 @@
 // heads), as two chains (even and odd keys). Every head's floats come from its
 // own chains only, so grouping heads or query rows differently never changes a
 // result. Head sizes 64, 96 (Phi-3), 128 and 256 (Gemma 3).
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/isa_fill.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // GCC 12 cannot see that the key folds assign s2 and s4 before reading them (the first of
@@ -192,8 +192,8 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
 }
 
 template <DType T, int NV>
-void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
-             float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
+void AttentionLoops::run(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+                         int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int kMax = 3;  // 4 x HC score registers plus the key vector fit in 16
   constexpr int D = 8 * NV;
   for (int h0 = 0; h0 < n_heads; h0 += kMax) {
@@ -215,54 +215,16 @@ void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const ui
   }
 }
 
-template <DType T>
-void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  switch (head_dim) {
-    case 64:
-      return heads_n<T, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 96:
-      return heads_n<T, 12>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 128:
-      return heads_n<T, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 256:
-      return heads_n<T, 32>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    default:
-      return;
-  }
-}
-
-void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<DType::F16>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-}
-
-void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<DType::F32>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-}
-
-void heads_q8_0(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<DType::Q8_0>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-}
-
 }  // namespace
 
-AttendHeadsFn attend_heads_kernel_avx2(DType kv_type, int head_dim) {
-  if (head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256) return nullptr;
-  if (kv_type == DType::F16) return heads_f16;
-  if (kv_type == DType::F32) return heads_f32;
-  if (kv_type == DType::Q8_0) return heads_q8_0;
-  return nullptr;
-}
+void fill_attention_avx2(CpuKernels& k) { fill_attend_heads<8>(k); }
 
 }  // namespace tandem::cpu
 
 #else
 
 namespace tandem::cpu {
-AttendHeadsFn attend_heads_kernel_avx2(DType, int) { return nullptr; }
+void fill_attention_avx2(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

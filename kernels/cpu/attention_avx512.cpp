@@ -7,7 +7,7 @@
 // head at a time, over blocks of value rows that stay in L1). Every head's floats come from
 // its own chains only, so grouping heads differently never changes a result. Head sizes 64,
 // 96 (Phi-3), 128 and 256 (Gemma 3).
-#include "kernels/cpu/attention.h"
+#include "kernels/cpu/isa_fill.h"
 
 #if defined(__AVX512F__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -177,8 +177,8 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
 }
 
 template <DType T, int NV>
-void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows, int64_t n_keys,
-             float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
+void AttentionLoops::run(int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
+                         int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
   // HC x NV accumulators plus NV row vectors fit in 32 registers (wide heads: HC x 8 plus 8).
   constexpr int kMax = NV <= 4 ? 4 : NV <= 6 ? 3 : 2;
   constexpr int D = 16 * NV;
@@ -196,47 +196,16 @@ void heads_n(int n_heads, const float* q, const uint8_t* const* k_rows, const ui
   }
 }
 
-template <DType T>
-void dispatch(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-              int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  switch (head_dim) {
-    case 64: return heads_n<T, 4>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 96: return heads_n<T, 6>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 128: return heads_n<T, 8>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    case 256: return heads_n<T, 16>(n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-    default: return;
-  }
-}
-
-void heads_f16(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<DType::F16>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-}
-void heads_f32(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-               int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<DType::F32>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-}
-void heads_q8_0(int head_dim, int n_heads, const float* q, const uint8_t* const* k_rows, const uint8_t* const* v_rows,
-                int64_t n_keys, float scale, float* scores, int64_t scores_stride, float* out, float* stats) {
-  dispatch<DType::Q8_0>(head_dim, n_heads, q, k_rows, v_rows, n_keys, scale, scores, scores_stride, out, stats);
-}
-
 }  // namespace
 
-AttendHeadsFn attend_heads_kernel_avx512(DType kv_type, int head_dim) {
-  if (head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256) return nullptr;
-  if (kv_type == DType::F16) return heads_f16;
-  if (kv_type == DType::F32) return heads_f32;
-  if (kv_type == DType::Q8_0) return heads_q8_0;
-  return nullptr;
-}
+void fill_attention_avx512(CpuKernels& k) { fill_attend_heads<16>(k); }
 
 }  // namespace tandem::cpu
 
 #else
 
 namespace tandem::cpu {
-AttendHeadsFn attend_heads_kernel_avx512(DType, int) { return nullptr; }
+void fill_attention_avx512(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quant_blocks.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -249,8 +250,6 @@ inline __m256i round_q8_lanes(__m256 r) {
   return _mm256_cvttps_epi32(q);
 }
 
-}  // namespace
-
 void quantize_q8_0_avx2(const float* x, void* out, int64_t n) {
   auto* b = static_cast<BlockQ8_0*>(out);
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -275,34 +274,6 @@ void quantize_q8_0_avx2(const float* x, void* out, int64_t n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), p);
   }
 }
-
-AxpyFn axpy_kernel_avx2(DType x_type) {
-  if (x_type == DType::F32) return axpy_f32;
-  if (x_type == DType::F16) return axpy_f16;
-  if (x_type == DType::Q8_0) return axpy_q8_0;
-  return nullptr;
-}
-
-RowDotFn row_dot_kernel_avx2(DType type) {
-  switch (type) {
-    case DType::F32: return dot_f32_row;
-    case DType::F16: return dot_f16_row;
-    case DType::BF16: return dot_bf16_row;
-    case DType::Q4_0: return dot_q4_0_row;
-    case DType::Q4_1: return dot_q4_1_row;
-    case DType::Q8_0: return dot_q8_0_row;
-    case DType::Q5_0: return dot_decoded_row<DType::Q5_0>;
-    case DType::Q5_1: return dot_decoded_row<DType::Q5_1>;
-    case DType::Q4_K: return dot_decoded_row<DType::Q4_K>;
-    case DType::Q5_K: return dot_decoded_row<DType::Q5_K>;
-    case DType::Q6_K: return dot_q6_k_row;
-    default: return nullptr;
-  }
-}
-
-RowDotTokensFn row_dot_tokens_kernel_avx2(DType type) { return type == DType::Q8_0 ? dot_q8_0_tokens : nullptr; }
-
-float f32_dot_avx2(const float* a, const float* b, int64_t n) { return dot_f32(a, b, n); }
 
 void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) {
   int64_t i = 0;
@@ -335,20 +306,36 @@ void f32_tile_avx2(const float* a, int64_t a_stride, const float* b, int64_t b_s
     }
 }
 
+}  // namespace
+
+void fill_dot_avx2(CpuKernels& k) {
+  k.dot_f32 = dot_f32;
+  k.tile_f32 = f32_tile_avx2;
+  k.f32_to_f16 = f32_to_f16_avx2;
+  k.quantize_q8_0 = quantize_q8_0_avx2;
+  k.row_dot.set(DType::F32, dot_f32_row);
+  k.row_dot.set(DType::F16, dot_f16_row);
+  k.row_dot.set(DType::BF16, dot_bf16_row);
+  k.row_dot.set(DType::Q4_0, dot_q4_0_row);
+  k.row_dot.set(DType::Q4_1, dot_q4_1_row);
+  k.row_dot.set(DType::Q8_0, dot_q8_0_row);
+  k.row_dot.set(DType::Q5_0, dot_decoded_row<DType::Q5_0>);
+  k.row_dot.set(DType::Q5_1, dot_decoded_row<DType::Q5_1>);
+  k.row_dot.set(DType::Q4_K, dot_decoded_row<DType::Q4_K>);
+  k.row_dot.set(DType::Q5_K, dot_decoded_row<DType::Q5_K>);
+  k.row_dot.set(DType::Q6_K, dot_q6_k_row);
+  k.row_dot_tokens.set(DType::Q8_0, dot_q8_0_tokens);
+  k.axpy.set(DType::F32, axpy_f32);
+  k.axpy.set(DType::F16, axpy_f16);
+  k.axpy.set(DType::Q8_0, axpy_q8_0);
+}
+
 }  // namespace tandem::cpu
 
-#else  // no AVX2 build: the dispatcher never selects these
+#else  // no AVX2 build: the level is never asked for
 
 namespace tandem::cpu {
-RowDotFn row_dot_kernel_avx2(DType) { return nullptr; }
-RowDotTokensFn row_dot_tokens_kernel_avx2(DType) { return nullptr; }
-AxpyFn axpy_kernel_avx2(DType) { return nullptr; }
-float f32_dot_avx2(const float* a, const float* b, int64_t n) { return f32_dot_scalar(a, b, n); }
-void f32_to_f16_avx2(const float* x, uint16_t* out, int64_t n) { f32_to_f16_scalar(x, out, n); }
-void quantize_q8_0_avx2(const float* x, void* out, int64_t n) { quantize_q8_0_scalar(x, out, n); }
-void f32_tile_avx2(const float* a, int64_t as, const float* b, int64_t bs, int64_t n, float* out) {
-  f32_tile_scalar(a, as, b, bs, n, out);
-}
+void fill_dot_avx2(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

@@ -2,6 +2,7 @@
 // q8_0 KV row quantizer (the AVX2 one's steps, two vectors a block), and the Q8_0 row dot with
 // float activations for one or several tokens (the exact output head of small models).
 #include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 
 #if defined(__AVX512F__)
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_* placeholders.
@@ -30,8 +31,6 @@ inline __m128i round_q8_lanes(__m512 r) {
   return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
 }
 
-}  // namespace
-
 void quantize_q8_0_avx512(const float* x, void* out, int64_t n) {
   auto* b = static_cast<BlockQ8_0*>(out);
   for (int64_t i = 0; i < n / kQK; i++, x += kQK) {
@@ -45,8 +44,6 @@ void quantize_q8_0_avx512(const float* x, void* out, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b[i].qs + 16), round_q8_lanes(_mm512_mul_ps(v1, id)));
   }
 }
-
-namespace {
 
 // A Q8_0 row against NT tokens (up to eight) at 16 lanes: each block's 32 weights widen into two
 // vectors and take the block's scale once for all the tokens, so a token's step is two
@@ -99,11 +96,6 @@ void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_to
     });
 }
 
-}  // namespace
-
-RowDotFn row_dot_kernel_avx512(DType type) { return type == DType::Q8_0 ? dot_q8_0_row : nullptr; }
-RowDotTokensFn row_dot_tokens_kernel_avx512(DType type) { return type == DType::Q8_0 ? dot_q8_0_tokens : nullptr; }
-
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   __m512 acc[2][4];
   for (auto& row : acc)
@@ -126,17 +118,21 @@ void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b
     }
 }
 
+}  // namespace
+
+void fill_dot_avx512(CpuKernels& k) {
+  k.tile_f32 = f32_tile_avx512;
+  k.quantize_q8_0 = quantize_q8_0_avx512;
+  k.row_dot.set(DType::Q8_0, dot_q8_0_row);
+  k.row_dot_tokens.set(DType::Q8_0, dot_q8_0_tokens);
+}
+
 }  // namespace tandem::cpu
 
-#else  // no AVX-512 build: the dispatcher never selects this
+#else  // no AVX-512 build: the level is never asked for
 
 namespace tandem::cpu {
-void f32_tile_avx512(const float* a, int64_t as, const float* b, int64_t bs, int64_t n, float* out) {
-  f32_tile_scalar(a, as, b, bs, n, out);
-}
-void quantize_q8_0_avx512(const float* x, void* out, int64_t n) { quantize_q8_0_scalar(x, out, n); }
-RowDotFn row_dot_kernel_avx512(DType) { return nullptr; }
-RowDotTokensFn row_dot_tokens_kernel_avx512(DType) { return nullptr; }
+void fill_dot_avx512(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

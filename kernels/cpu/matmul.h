@@ -9,7 +9,7 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cpu/dot.h"
+#include "kernels/cpu/kernel_table.h"
 
 namespace tandem::cpu {
 

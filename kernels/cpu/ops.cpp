@@ -60,27 +60,11 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
-SiluMulFn gelu_tanh_mul_kernel(Isa isa) {
-  if (isa == Isa::Avx512)
-    if (SiluMulFn f = gelu_tanh_mul_kernel_avx512()) return f;
-  if (isa == Isa::Avx2)
-    if (SiluMulFn f = gelu_tanh_mul_kernel_avx2()) return f;
-  return gelu_tanh_mul;
-}
-
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
-}
-
-SiluMulFn silu_mul_kernel(Isa isa) {
-  if (isa == Isa::Avx512)
-    if (SiluMulFn f = silu_mul_kernel_avx512()) return f;
-  if (isa == Isa::Avx2)
-    if (SiluMulFn f = silu_mul_kernel_avx2()) return f;
-  return silu_mul;
 }
 
 void softmax(float* x, int64_t n) {

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/isa.h"
 
 namespace tandem::cpu {
 
@@ -30,15 +29,8 @@ void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
-// silu_mul at an ISA level: AVX-512 evaluates exp with a polynomial (relative error ~1e-7,
-// as llama.cpp's vector SiLU does); other levels use silu_mul.
-SiluMulFn silu_mul_kernel(Isa isa);
-SiluMulFn silu_mul_kernel_avx512();  // nullptr when not compiled in
-SiluMulFn silu_mul_kernel_avx2();    // nullptr when not compiled in
-// gelu_tanh_mul at an ISA level, evaluated as g * sigmoid(2u) with the same exp as silu_mul.
-SiluMulFn gelu_tanh_mul_kernel(Isa isa);
-SiluMulFn gelu_tanh_mul_kernel_avx512();  // nullptr when not compiled in
-SiluMulFn gelu_tanh_mul_kernel_avx2();    // nullptr when not compiled in
+// The AVX2 and AVX-512 levels (ops_avx2.cpp, ops_avx512.cpp) evaluate exp with a polynomial
+// (relative error ~1e-7, as llama.cpp's vector SiLU does), GELU as g * sigmoid(2u) with it.
 
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);

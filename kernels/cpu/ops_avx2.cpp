@@ -1,5 +1,6 @@
 // AVX2 element-wise kernels (ops.h). Compiled with -mavx2 -mfma; chosen only
 // when best_isa() is Avx2.
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/ops.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
@@ -47,16 +48,17 @@ void act_mul_avx2(float* gate, const float* up, int64_t n) {
 
 }  // namespace
 
-SiluMulFn silu_mul_kernel_avx2() { return act_mul_avx2<false>; }
-SiluMulFn gelu_tanh_mul_kernel_avx2() { return act_mul_avx2<true>; }
+void fill_ops_avx2(CpuKernels& k) {
+  k.silu_mul = act_mul_avx2<false>;
+  k.gelu_tanh_mul = act_mul_avx2<true>;
+}
 
 }  // namespace tandem::cpu
 
 #else
 
 namespace tandem::cpu {
-SiluMulFn silu_mul_kernel_avx2() { return nullptr; }
-SiluMulFn gelu_tanh_mul_kernel_avx2() { return nullptr; }
+void fill_ops_avx2(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

@@ -1,5 +1,6 @@
 // AVX-512 element-wise kernels (ops.h). Compiled with -mavx512f; chosen only when best_isa()
 // is Avx512.
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/ops.h"
 
 #if defined(__AVX512F__)
@@ -47,16 +48,17 @@ void act_mul_avx512(float* gate, const float* up, int64_t n) {
 
 }  // namespace
 
-SiluMulFn silu_mul_kernel_avx512() { return act_mul_avx512<false>; }
-SiluMulFn gelu_tanh_mul_kernel_avx512() { return act_mul_avx512<true>; }
+void fill_ops_avx512(CpuKernels& k) {
+  k.silu_mul = act_mul_avx512<false>;
+  k.gelu_tanh_mul = act_mul_avx512<true>;
+}
 
 }  // namespace tandem::cpu
 
 #else
 
 namespace tandem::cpu {
-SiluMulFn silu_mul_kernel_avx512() { return nullptr; }
-SiluMulFn gelu_tanh_mul_kernel_avx512() { return nullptr; }
+void fill_ops_avx512(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

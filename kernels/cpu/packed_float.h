@@ -18,7 +18,6 @@
 #include <memory>
 
 #include "core/dtype.h"
-#include "kernels/cpu/isa.h"
 
 namespace tandem::cpu {
 
@@ -35,10 +34,7 @@ std::shared_ptr<uint8_t[]> pack_float_rows(DType type, const uint8_t* data, int6
 // passes), r < valid_rows (1..16).
 using PackedFloatGemmFn = void (*)(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride,
                                    int n_tokens, float* out, int64_t out_stride, int valid_rows);
-// nullptr where the type or ISA has none.
-PackedFloatGemmFn packed_float_gemm_kernel(DType type, Isa isa);
-PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType type);
-PackedFloatGemmFn packed_float_gemm_kernel_avx2(DType type);
+// AVX-512 and AVX2 only (packed_float_avx512.cpp, packed_float_avx2.cpp).
 
 // The same arithmetic in plain C++, operation for operation (tests compare it exactly).
 void packed_float_gemm_scalar(DType type, const uint8_t* group, int64_t cols, const float* x, int64_t x_stride,

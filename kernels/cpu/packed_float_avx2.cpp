@@ -9,6 +9,7 @@
 // from L1/L2, and every (row, token) float is the same.
 #include <algorithm>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_float.h"
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/unroll.h"
@@ -86,15 +87,9 @@ void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride
 
 }  // namespace
 
-PackedFloatGemmFn packed_float_gemm_kernel_avx2(DType t) {
-  switch (t) {
-    case DType::F16:
-      return gemm_n<DType::F16>;
-    case DType::BF16:
-      return gemm_n<DType::BF16>;
-    default:
-      return nullptr;
-  }
+void fill_packed_float_avx2(CpuKernels& k) {
+  k.packed_float.set(DType::F16, gemm_n<DType::F16>);
+  k.packed_float.set(DType::BF16, gemm_n<DType::BF16>);
 }
 
 }  // namespace tandem::cpu
@@ -102,7 +97,7 @@ PackedFloatGemmFn packed_float_gemm_kernel_avx2(DType t) {
 #else
 
 namespace tandem::cpu {
-PackedFloatGemmFn packed_float_gemm_kernel_avx2(DType) { return nullptr; }
+void fill_packed_float_avx2(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

@@ -5,6 +5,7 @@
 // 16-bit shift), then each token gets two FMAs whose activation is an embedded broadcast.
 // With 8 tokens that is 16 FMAs per 64 weight bytes, enough independent chains to keep both
 // FMA pipes busy; with 1 token (decode) the two chains and the stream keep up with memory.
+#include "kernels/cpu/isa_fill.h"
 #include "kernels/cpu/packed_float.h"
 
 #include <algorithm>
@@ -29,8 +30,8 @@ inline __m512 widen(const uint16_t* p) {
 }
 
 template <DType T, int NT>
-void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, float* out, int64_t out_stride,
-          int valid_rows) {
+void PackedFloatLoops::run(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, float* out,
+                           int64_t out_stride, int valid_rows) {
   const auto* w = reinterpret_cast<const uint16_t*>(group);
   __m512 even[NT], odd[NT];
   for (int t = 0; t < NT; t++) even[t] = _mm512_setzero_ps(), odd[t] = _mm512_setzero_ps();
@@ -47,38 +48,20 @@ void gemm(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, 
   for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, _mm512_add_ps(even[t], odd[t]));
 }
 
-template <DType T>
-void gemm_8(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
-            int64_t out_stride, int valid_rows) {
-  switch (n_tokens) {
-    case 1: return gemm<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  }
-}
-
 // Passes of up to 8 tokens (one accumulator pair each), each reading the group from cache.
 template <DType T>
 void gemm_n(const uint8_t* group, int64_t cols, const float* x, int64_t x_stride, int n_tokens, float* out,
             int64_t out_stride, int valid_rows) {
   for (int t0 = 0; t0 < n_tokens; t0 += 8)
-    gemm_8<T>(group, cols, x + t0 * x_stride, x_stride, std::min(8, n_tokens - t0), out + t0 * out_stride,
-              out_stride, valid_rows);
+    by_token_count<PackedFloatLoops, T, float>(group, cols, x + t0 * x_stride, x_stride, std::min(8, n_tokens - t0),
+                                               out + t0 * out_stride, out_stride, valid_rows);
 }
 
 }  // namespace
 
-PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType t) {
-  switch (t) {
-    case DType::F16: return gemm_n<DType::F16>;
-    case DType::BF16: return gemm_n<DType::BF16>;
-    default: return nullptr;
-  }
+void fill_packed_float_avx512(CpuKernels& k) {
+  k.packed_float.set(DType::F16, gemm_n<DType::F16>);
+  k.packed_float.set(DType::BF16, gemm_n<DType::BF16>);
 }
 
 }  // namespace tandem::cpu
@@ -86,7 +69,7 @@ PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType t) {
 #else
 
 namespace tandem::cpu {
-PackedFloatGemmFn packed_float_gemm_kernel_avx512(DType) { return nullptr; }
+void fill_packed_float_avx512(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

@@ -292,10 +292,4 @@ void packed_gemm_scalar(DType t, const uint8_t* group, int64_t cols, const Block
     }
 }
 
-PackedGemmFn packed_gemm_kernel(DType t, Isa isa) {
-  if (isa == Isa::Avx512) return packed_gemm_kernel_avx512(t);
-  if (isa == Isa::Avx2) return packed_gemm_kernel_avx2(t);
-  return nullptr;
-}
-
 }  // namespace tandem::cpu

@@ -50,7 +50,6 @@
 #include <memory>
 
 #include "core/dtype.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/quant_dot.h"
 
 namespace tandem::cpu {
@@ -132,10 +131,8 @@ std::shared_ptr<uint8_t[]> pack_rows(DType type, const uint8_t* data, int64_t ro
 // whatever n_tokens is, so batching and caching never change a result.
 using PackedGemmFn = void (*)(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens,
                               float* out, int64_t out_stride, int valid_rows);
-// nullptr where the type or ISA has none (then products use QuantKernels).
-PackedGemmFn packed_gemm_kernel(DType type, Isa isa);
-PackedGemmFn packed_gemm_kernel_avx512(DType type);
-PackedGemmFn packed_gemm_kernel_avx2(DType type);
+// AVX-512 and AVX2 only (packed_quant_avx512.cpp, packed_quant_avx2.cpp); elsewhere products
+// use the row kernels.
 
 // The same arithmetic in plain C++, operation for operation (tests compare it exactly).
 void packed_gemm_scalar(DType type, const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,

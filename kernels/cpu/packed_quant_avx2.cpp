@@ -24,6 +24,7 @@
 //   more VPMADDWD.
 #include <cstring>
 
+#include "kernels/cpu/isa_fill.h"
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/unroll.h"
@@ -118,8 +119,8 @@ inline void quad_sums(const uint8_t* quads, int h, const BlockQ8Act* x, int64_t 
 }
 
 template <DType T, int NT>
-void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
-          int valid_rows) {
+void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+                            int64_t out_stride, int valid_rows) {
   constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
   const int64_t nb = cols / kQK;
   const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80);
@@ -162,8 +163,8 @@ inline __m256 u8_floats(const uint8_t* p) {
 
 // Q4_K/Q5_K: as the AVX-512 kernel (packed_quant_avx512.cpp), 8 rows at a time.
 template <DType T, int NT>
-void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
-                 int64_t out_stride, int valid_rows) {
+void PackedQuantLoops::gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,
+                                   float* out, int64_t out_stride, int valid_rows) {
   constexpr int kBlockBytes = kquant_unit_bytes(T) / 8;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
@@ -189,8 +190,8 @@ inline __m256i twice16(__m256i v) {
 }
 
 template <int NT>
-void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
-               int64_t out_stride, int valid_rows) {
+void PackedQuantLoops::gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+                                 int64_t out_stride, int valid_rows) {
   constexpr int kBlockBytes = kQ6KUnitBytes / 16;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8(0x30), lo16 = _mm256_set1_epi32(0xFFFF);
@@ -241,53 +242,16 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   });
 }
 
-// The kernel of type T for NT tokens.
-template <DType T, int NT>
-void gemm_t(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
-            int valid_rows) {
-  if constexpr (T == DType::Q6_K) gemm_q6_k<NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  else if constexpr (packed_kquant(T)) gemm_kquant<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  else gemm<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
-}
-
-// 1..8 tokens, each count its own instance (its accumulators in registers).
-template <DType T>
-void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
-            int64_t out_stride, int valid_rows) {
-  switch (n_tokens) {
-    case 1: return gemm_t<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm_t<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm_t<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm_t<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm_t<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm_t<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm_t<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm_t<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  }
-}
-
 }  // namespace
 
-PackedGemmFn packed_gemm_kernel_avx2(DType t) {
-  switch (t) {
-    case DType::Q4_0: return gemm_n<DType::Q4_0>;
-    case DType::Q4_1: return gemm_n<DType::Q4_1>;
-    case DType::Q5_0: return gemm_n<DType::Q5_0>;
-    case DType::Q5_1: return gemm_n<DType::Q5_1>;
-    case DType::Q8_0: return gemm_n<DType::Q8_0>;
-    case DType::Q4_K: return gemm_n<DType::Q4_K>;
-    case DType::Q5_K: return gemm_n<DType::Q5_K>;
-    case DType::Q6_K: return gemm_n<DType::Q6_K>;
-    default: return nullptr;
-  }
-}
+void fill_packed_quant_avx2(CpuKernels& k) { fill_packed_quant(k); }
 
 }  // namespace tandem::cpu
 
 #else
 
 namespace tandem::cpu {
-PackedGemmFn packed_gemm_kernel_avx2(DType) { return nullptr; }
+void fill_packed_quant_avx2(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

@@ -6,6 +6,7 @@
 // VPDPBUSDs whose activation operand is a 4-byte broadcast; one convert and one FMA then scale
 // all 16 rows. The shift that makes weights unsigned (Q4_0 q - 8, Q5_0 q - 16, Q8_0 w + 128)
 // is undone by starting each token's integer sum at -shift x sum(x), an exact integer.
+#include "kernels/cpu/isa_fill.h"
 #include "kernels/cpu/packed_quant.h"
 
 #include <cstring>
@@ -57,8 +58,8 @@ inline void unpack_quads(const uint8_t* quads, __m512i w[8]) {
 }
 
 template <DType T, int NT>
-void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
-          int valid_rows) {
+void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+                            int64_t out_stride, int valid_rows) {
   constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : T == DType::Q8_0 ? 128 : 0;
   const int64_t nb = cols / kQK;
   __m512 acc[NT];
@@ -94,8 +95,8 @@ void gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_str
 // block the rows' d sc and dmin m (exact floats) are made once for all tokens, and each token
 // adds float(p) (d sc dx) and subtracts (dmin m)(dx sum x).
 template <DType T, int NT>
-void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
-                 int64_t out_stride, int valid_rows) {
+void PackedQuantLoops::gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride,
+                                   float* out, int64_t out_stride, int valid_rows) {
   constexpr int kBlockBytes = kquant_unit_bytes(T) / 8;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   __m512 acc[NT];
@@ -136,8 +137,8 @@ void gemm_kquant(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_
 // Each half of 16 sums on its own (VPDPBUSD from -32 x its activation sum) and takes its
 // row's int8 scale as an exact integer multiply.
 template <int NT>
-void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
-               int64_t out_stride, int valid_rows) {
+void PackedQuantLoops::gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
+                                 int64_t out_stride, int valid_rows) {
   constexpr int kBlockBytes = kQ6KUnitBytes / 16;  // the group's bytes per block, on average
   const int64_t nb = cols / kQK;
   const __m512i low = _mm512_set1_epi8(0x0F), even = _mm512_set1_epi8(0x33), odd = _mm512_set1_epi8((char)0xCC);
@@ -180,53 +181,16 @@ void gemm_q6_k(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t 
   for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
-// The kernel of type T for NT tokens.
-template <DType T, int NT>
-void gemm_t(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out, int64_t out_stride,
-            int valid_rows) {
-  if constexpr (T == DType::Q6_K) gemm_q6_k<NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  else if constexpr (packed_kquant(T)) gemm_kquant<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  else gemm<T, NT>(group, cols, x, x_stride, out, out_stride, valid_rows);
-}
-
-// 1..8 tokens, each count its own instance (its accumulators in registers).
-template <DType T>
-void gemm_n(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, int n_tokens, float* out,
-            int64_t out_stride, int valid_rows) {
-  switch (n_tokens) {
-    case 1: return gemm_t<T, 1>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 2: return gemm_t<T, 2>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 3: return gemm_t<T, 3>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 4: return gemm_t<T, 4>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 5: return gemm_t<T, 5>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 6: return gemm_t<T, 6>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    case 7: return gemm_t<T, 7>(group, cols, x, x_stride, out, out_stride, valid_rows);
-    default: return gemm_t<T, 8>(group, cols, x, x_stride, out, out_stride, valid_rows);
-  }
-}
-
 }  // namespace
 
-PackedGemmFn packed_gemm_kernel_avx512(DType t) {
-  switch (t) {
-    case DType::Q4_0: return gemm_n<DType::Q4_0>;
-    case DType::Q4_1: return gemm_n<DType::Q4_1>;
-    case DType::Q5_0: return gemm_n<DType::Q5_0>;
-    case DType::Q5_1: return gemm_n<DType::Q5_1>;
-    case DType::Q8_0: return gemm_n<DType::Q8_0>;
-    case DType::Q4_K: return gemm_n<DType::Q4_K>;
-    case DType::Q5_K: return gemm_n<DType::Q5_K>;
-    case DType::Q6_K: return gemm_n<DType::Q6_K>;
-    default: return nullptr;
-  }
-}
+void fill_packed_quant_avx512(CpuKernels& k) { fill_packed_quant(k); }
 
 }  // namespace tandem::cpu
 
 #else
 
 namespace tandem::cpu {
-PackedGemmFn packed_gemm_kernel_avx512(DType) { return nullptr; }
+void fill_packed_quant_avx512(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif

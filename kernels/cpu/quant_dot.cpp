@@ -135,49 +135,8 @@ float quant_dot_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t n)
   return acc;
 }
 
-template <DType T>
-static float quant_dot_scalar_t(const void* row, const BlockQ8Act* x, int64_t n) {
-  return quant_dot_scalar(T, row, x, n);
-}
-
 void quant_dot4_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out) {
   for (int j = 0; j < 4; j++) out[j] = quant_dot_scalar(t, row, x + j * x_stride, n);
-}
-
-template <DType T>
-static void quant_dot4_scalar_t(const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out) {
-  quant_dot4_scalar(T, row, x, x_stride, n, out);
-}
-
-QuantDot4Fn quant_dot4_kernel(DType t, Isa isa) {
-  if (has_avx2(isa)) {
-    if (QuantDot4Fn f = quant_dot4_kernel_avx2(t)) return f;
-  }
-  switch (t) {
-    case DType::Q4_0: return quant_dot4_scalar_t<DType::Q4_0>;
-    case DType::Q4_1: return quant_dot4_scalar_t<DType::Q4_1>;
-    case DType::Q8_0: return quant_dot4_scalar_t<DType::Q8_0>;
-    default: return nullptr;
-  }
-}
-
-QuantizeActFn quantize_act_kernel(Isa isa) { return has_avx2(isa) ? quantize_act_avx2 : quantize_act_scalar; }
-
-QuantDotFn quant_dot_kernel(DType t, Isa isa) {
-  if (has_avx2(isa)) {
-    if (QuantDotFn f = quant_dot_kernel_avx2(t)) return f;
-  }
-  switch (t) {
-    case DType::Q4_0: return quant_dot_scalar_t<DType::Q4_0>;
-    case DType::Q4_1: return quant_dot_scalar_t<DType::Q4_1>;
-    case DType::Q5_0: return quant_dot_scalar_t<DType::Q5_0>;
-    case DType::Q5_1: return quant_dot_scalar_t<DType::Q5_1>;
-    case DType::Q8_0: return quant_dot_scalar_t<DType::Q8_0>;
-    case DType::Q4_K: return quant_dot_scalar_t<DType::Q4_K>;
-    case DType::Q5_K: return quant_dot_scalar_t<DType::Q5_K>;
-    case DType::Q6_K: return quant_dot_scalar_t<DType::Q6_K>;
-    default: return nullptr;
-  }
 }
 
 }  // namespace tandem::cpu

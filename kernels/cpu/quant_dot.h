@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/isa.h"
 
 namespace tandem::cpu {
 
@@ -27,24 +26,18 @@ bool has_quant_dot(DType weight_type);
 
 // Quantizes n floats (a multiple of 32) into n / 32 blocks.
 using QuantizeActFn = void (*)(const float* x, BlockQ8Act* out, int64_t n);
-QuantizeActFn quantize_act_kernel(Isa isa);
 void quantize_act_scalar(const float* x, BlockQ8Act* out, int64_t n);
 
 // sum_i dequant(row)[i] * dequant(x)[i] over n elements.
 using QuantDotFn = float (*)(const void* row, const BlockQ8Act* x, int64_t n);
-QuantDotFn quant_dot_kernel(DType weight_type, Isa isa);
 float quant_dot_scalar(DType weight_type, const void* row, const BlockQ8Act* x, int64_t n);
 
 // One weight row against 4 tokens at once (prefill): out[j] = row . x[j * x_stride blocks].
 // Each weight block is unpacked once for all four tokens.
 using QuantDot4Fn = void (*)(const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out);
-QuantDot4Fn quant_dot4_kernel(DType weight_type, Isa isa);
 void quant_dot4_scalar(DType weight_type, const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out);
 
-// AVX2 versions (quant_dot_avx2.cpp).
-QuantDotFn quant_dot_kernel_avx2(DType weight_type);
-QuantDot4Fn quant_dot4_kernel_avx2(DType weight_type);
-void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n);
-// At the AVX-512 level Q4_0/Q4_1/Q8_0 products use the packed kernels (packed_quant.h).
+// AVX2 versions: quant_dot_avx2.cpp. At the AVX-512 level Q4_0/Q4_1/Q8_0 products use the
+// packed kernels (packed_quant.h).
 
 }  // namespace tandem::cpu

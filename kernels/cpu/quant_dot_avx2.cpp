@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quant_dot.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -113,17 +114,6 @@ void dot4(const void* row, const BlockQ8Act* x, int64_t stride, int64_t n, float
   for (int j = 0; j < 4; j++) out[j] = hsum(acc[j]) + offsets[j];
 }
 
-}  // namespace
-
-QuantDot4Fn quant_dot4_kernel_avx2(DType t) {
-  switch (t) {
-    case DType::Q4_0: return dot4<DType::Q4_0>;
-    case DType::Q4_1: return dot4<DType::Q4_1>;
-    case DType::Q8_0: return dot4<DType::Q8_0>;
-    default: return nullptr;
-  }
-}
-
 void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
@@ -179,14 +169,17 @@ float dot_q6_k(const void* row, const BlockQ8Act* x, int64_t n) {
   return hsum(acc);
 }
 
-QuantDotFn quant_dot_kernel_avx2(DType t) {
-  switch (t) {
-    case DType::Q4_0: return dot_q4_0;
-    case DType::Q4_1: return dot_q4_1;
-    case DType::Q8_0: return dot_q8_0;
-    case DType::Q6_K: return dot_q6_k;
-    default: return nullptr;
-  }
+}  // namespace
+
+void fill_quant_dot_avx2(CpuKernels& k) {
+  k.quantize_act = quantize_act_avx2;
+  k.act8.quant_dot.set(DType::Q4_0, dot_q4_0);
+  k.act8.quant_dot.set(DType::Q4_1, dot_q4_1);
+  k.act8.quant_dot.set(DType::Q8_0, dot_q8_0);
+  k.act8.quant_dot.set(DType::Q6_K, dot_q6_k);
+  k.act8.quant_dot4.set(DType::Q4_0, dot4<DType::Q4_0>);
+  k.act8.quant_dot4.set(DType::Q4_1, dot4<DType::Q4_1>);
+  k.act8.quant_dot4.set(DType::Q8_0, dot4<DType::Q8_0>);
 }
 
 }  // namespace tandem::cpu
@@ -194,9 +187,7 @@ QuantDotFn quant_dot_kernel_avx2(DType t) {
 #else
 
 namespace tandem::cpu {
-QuantDotFn quant_dot_kernel_avx2(DType) { return nullptr; }
-QuantDot4Fn quant_dot4_kernel_avx2(DType) { return nullptr; }
-void quantize_act_avx2(const float* x, BlockQ8Act* out, int64_t n) { quantize_act_scalar(x, out, n); }
+void fill_quant_dot_avx2(CpuKernels&) {}
 }  // namespace tandem::cpu
 
 #endif
