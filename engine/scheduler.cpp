@@ -25,9 +25,7 @@ Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) :
                                                          (double)model_.gguf().tensor_bytes());
 }
 
-Scheduler::~Scheduler() {
-  for (auto& s : running_) release_blocks(*s);
-}
+Scheduler::~Scheduler() = default;  // each sequence's BlockTables give their blocks back
 
 Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   const int64_t ctx = model_.config().n_ctx_train;
@@ -57,9 +55,9 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb), opts_.speculative);
   s->matcher = std::move(matcher);
   s->tokens = s->params.prompt;
-  s->tables.resize((size_t)pool_.groups().n_groups());
+  s->kv = BlockTable(pool_, pool_.scope_root(s->params.cache_scope));
+  if (opts_.draft_model) s->draft_kv = BlockTable(*opts_.draft_model.pool);
   s->n_prompt = (int)s->tokens.size();
-  s->cache_root = pool_.scope_root(s->params.cache_scope);
   waiting_.push_back(std::move(s));
   return id;
 }
@@ -163,7 +161,7 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
   // still cannot grow has outgrown the pool.
   for (size_t i = 0; i < plan.size();) {
     Seq* s = plan[i].seq;
-    if (ensure_blocks(*s, s->n_computed + plan[i].n)) {
+    if (s->kv.grow_to(s->n_computed + plan[i].n, s->n_computed)) {
       i++;
       continue;
     }
@@ -203,13 +201,13 @@ Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, 
     if (!s.draft.empty()) {  // the decode token, then the draft at the positions after it
       std::vector<int32_t> chunk(1, s.tokens.back());
       chunk.insert(chunk.end(), s.draft.begin(), s.draft.end());
-      TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.tables, ForwardBatch::Logits::All));
+      TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.kv.tables(), ForwardBatch::Logits::All));
       logit_rows.push_back({&s, (int64_t)chunk.size()});
       continue;
     }
     const bool last = s.n_computed + p.n == (int64_t)s.tokens.size();
     const std::span<const int32_t> chunk(s.tokens.data() + s.n_computed, (size_t)p.n);
-    TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.tables, last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
+    TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.kv.tables(), last ? ForwardBatch::Logits::Last : ForwardBatch::Logits::None));
     if (last) logit_rows.push_back({&s, 1});
   }
   // Rows that only their argmax is read from let the backend skip most of an exact head's
@@ -227,8 +225,8 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
     // A drafted position counts as computed only once the target accepts its token.
     p.seq->n_computed += p.seq->draft.empty() ? p.n : 1;
     if (!opts_.no_kv_cache) {
-      publish_full_blocks(*p.seq);
-      drop_out_of_window(*p.seq);
+      p.seq->kv.publish_full(p.seq->tokens, p.seq->n_computed);
+      p.seq->kv.drop_out_of_window(p.seq->n_computed);
     }
   }
   // Sample for every sequence whose last token ran (verify its draft), and report.

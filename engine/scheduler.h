@@ -31,6 +31,7 @@
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "kv/block_pool.h"
+#include "kv/block_table.h"
 #include "model/model.h"
 
 namespace tandem {
@@ -160,21 +161,10 @@ class Scheduler {
   Result<std::span<const float>> run(const std::vector<Planned>& plan, std::vector<Planned>& logit_rows);
   void postprocess(const std::vector<Planned>& plan, const std::vector<Planned>& logit_rows, std::span<const float> logits);
 
-  // Paging (scheduler_paging.cpp).
+  // Paging (scheduler_paging.cpp); a sequence's blocks are its BlockTable's (kv/block_table.h).
   bool admit(Seq& s);                 // prefix-cache lookup and first blocks; false if none free
-  // Blocks for positions up to upto - 1 in every layer group (window groups: from the first
-  // position the next query reads; up to window_upto, when set, instead).
-  bool ensure_blocks(Seq& s, int64_t upto, int64_t window_upto = -1);
-  void trim_blocks(Seq& s, int64_t upto);  // returns blocks past position upto - 1
-  // Window groups return the blocks no later query of the sequence reads.
-  void drop_out_of_window(Seq& s);
-  // Positions every layer group's table covers (the least of them).
-  int64_t held_positions(const Seq& s) const;
   // The most blocks a sequence of n_tokens needs at once in all groups together.
   int64_t blocks_for_tokens(int64_t n_tokens) const;
-  // The prefix cache's hit for groups 1..: cut back to the longest prefix every group holds.
-  void lookup_beside(Seq& s);
-  uint64_t beside_hash(const Seq& s, int group, int64_t k) const;
   void preempt(Seq& s);
   // Of the tenant holding the most running sequences, the newest that made progress since its
   // last preemption (fairness between tenants: scheduler_fairness.cpp).
@@ -185,8 +175,7 @@ class Scheduler {
   bool preempt_for_blocks_of(const Seq& s);  // no blocks for s, its tenant has none running: free the largest's
   // A step of only the prefills of tenants that have nothing decoding, when they fit: true if planned.
   bool plan_first_tokens(std::vector<Planned>& plan, int64_t budget);
-  void release_blocks(Seq& s);
-  void publish_full_blocks(Seq& s);
+  void release_blocks(Seq& s);  // its blocks and its draft model's
 
   // Emission (scheduler_emission.cpp).
   // Reports one generated token; false when the sequence ended with it (finished, or `done`).
@@ -227,7 +216,6 @@ class Scheduler {
   void draft_propose(DraftRound& r, size_t i, std::span<const float> row);  // the draft model's logits -> a draft token
   // Draft blocks (free ones only) for `positions` of s's tokens: the positions they hold.
   int64_t reserve_draft_positions(Seq& s, int64_t positions);
-  void trim_draft_blocks(Seq& s, int64_t upto);  // the same for the draft model's blocks
 
   Model& model_;
   BlockPool& pool_;

@@ -25,7 +25,7 @@ void Scheduler::draft_prefill(const std::vector<Planned>& plan) {
   const Status st = draft_advance(jobs, upto, nullptr);
   for (Seq* s : jobs) {
     if (!st.ok()) s->draft_computed = 0;  // recomputed by a later catch-up
-    trim_draft_blocks(*s, s->draft_computed);
+    s->draft_kv.trim(s->draft_computed);
   }
   const double seconds = timer.seconds();
   stats_.draft_pass_s += seconds;
@@ -79,7 +79,7 @@ void Scheduler::draft_with_model(const std::vector<Planned>& jobs) {
     } else if (s.draft.empty()) {
       s.backoff.declined();
     }
-    trim_draft_blocks(s, s.draft_computed);
+    s.draft_kv.trim(s.draft_computed);
   }
   stats_.draft_pass_s += timer.seconds();
 }
@@ -95,7 +95,7 @@ Scheduler::DraftRound Scheduler::reserve_draft_blocks(const std::vector<Planned>
     const int64_t L = (int64_t)s.tokens.size();
     j.n = std::min<int64_t>(j.n, reserve_draft_positions(s, L + j.n - 1) - L + 1);
     if (j.n <= 0) {
-      trim_draft_blocks(s, s.draft_computed);
+      s.draft_kv.trim(s.draft_computed);
       continue;
     }
     r.live.push_back(j);
@@ -140,7 +140,7 @@ Status Scheduler::draft_advance(const std::vector<Seq*>& seqs, const std::vector
       if (n <= 0) continue;
       const std::span<const int32_t> chunk(s.tokens.data() + s.draft_computed, (size_t)n);
       const bool last = s.draft_computed + n == upto[i];
-      TANDEM_TRY(batch.add_sequence(chunk, s.draft_computed, s.draft_blocks, last ? end_logits : ForwardBatch::Logits::None));
+      TANDEM_TRY(batch.add_sequence(chunk, s.draft_computed, s.draft_kv.tables(), last ? end_logits : ForwardBatch::Logits::None));
       in.push_back({i, n});
       budget -= n;
     }
@@ -165,7 +165,7 @@ Status Scheduler::draft_positions(DraftRound& r) {
     for (size_t i = 0; i < r.live.size(); i++) {
       Seq& s = *r.live[i].seq;
       if (!r.active[i] || s.draft.size() != j) continue;
-      TANDEM_TRY(batch.add_sequence(std::span<const int32_t>(&s.draft[j - 1], 1), s.draft_computed, s.draft_blocks,
+      TANDEM_TRY(batch.add_sequence(std::span<const int32_t>(&s.draft[j - 1], 1), s.draft_computed, s.draft_kv.tables(),
                                     ForwardBatch::Logits::Last));
       in.push_back(i);
     }
@@ -181,24 +181,8 @@ Status Scheduler::draft_positions(DraftRound& r) {
 }
 
 int64_t Scheduler::reserve_draft_positions(Seq& s, int64_t positions) {
-  BlockPool& dp = *opts_.draft_model.pool;
-  const int64_t B = dp.block_tokens();
-  while ((int64_t)s.draft_blocks.size() * B < positions) {
-    const int32_t b = dp.allocate();
-    if (b < 0) break;
-    s.draft_blocks.push_back(b);
-  }
-  return (int64_t)s.draft_blocks.size() * B;
-}
-
-void Scheduler::trim_draft_blocks(Seq& s, int64_t upto) {
-  if (s.draft_blocks.empty()) return;
-  const int64_t B = opts_.draft_model.pool->block_tokens();
-  const size_t keep = (size_t)((upto + B - 1) / B);
-  while (s.draft_blocks.size() > keep) {
-    opts_.draft_model.pool->release(s.draft_blocks.back());
-    s.draft_blocks.pop_back();
-  }
+  s.draft_kv.grow_to(positions, s.draft_computed);  // as many as are free
+  return s.draft_kv.held_positions();
 }
 
 }  // namespace tandem

@@ -20,11 +20,7 @@ struct Scheduler::Seq {
   Sampler sampler;
   std::vector<int32_t> tokens;   // prompt, then generated
   int64_t n_computed = 0;        // tokens whose K,V are in its blocks
-  // Block tables, one per layer group of the pool (kv/layer_groups.h): tables[0] holds the
-  // whole prefix; a window group's table has -1 for blocks out of every window.
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<uint64_t> hashes;  // chained hash of each full block of tables[0] (0 = not yet)
-  uint64_t cache_root = 0;       // the prefix cache scope's root (BlockPool::scope_root)
+  BlockTable kv;                 // its blocks in the pool, in its prefix cache scope
   int64_t n_cached_now = 0;      // tokens the prefix cache gave at the last admission
   // n_generated when last preempted (-1: never): until it generates again it is not preempted
   // again, unless nothing else can be.
@@ -43,7 +39,7 @@ struct Scheduler::Seq {
   // block table and how many of `tokens` its K,V hold, and the sampler it draws with (its own
   // random stream: the draws and the acceptance tests must be independent).
   std::vector<std::vector<TokenProb>> draft_q;
-  std::vector<int32_t> draft_blocks;
+  BlockTable draft_kv;           // in the draft model's pool
   int64_t draft_computed = 0;
   Sampler draft_sampler;
   Seq(int64_t i, RequestParams p, SeqCallback c, const SpeculativeParams& sp)

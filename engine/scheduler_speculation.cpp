@@ -42,14 +42,14 @@ void Scheduler::propose_drafts(std::vector<Planned>& plan, int64_t budget) {
   if (!jobs.empty()) {
     draft_with_model(jobs);
     // Blocks reserved for draft tokens the draft model did not propose go back.
-    for (const Planned& j : jobs) trim_blocks(*j.seq, j.seq->n_computed + 1 + (int64_t)j.seq->draft.size());
+    for (const Planned& j : jobs) j.seq->kv.trim(j.seq->n_computed + 1 + (int64_t)j.seq->draft.size());
   }
   for (Planned& p : plan) p.n += (int64_t)p.seq->draft.size();
 }
 
 int64_t Scheduler::fit_draft(Seq& s, int64_t k) {
-  if (k <= 0 || ensure_blocks(s, s.n_computed + 1 + k)) return std::max<int64_t>(0, k);
-  const int64_t room = held_positions(s) - s.n_computed - 1;
+  if (k <= 0 || s.kv.grow_to(s.n_computed + 1 + k, s.n_computed)) return std::max<int64_t>(0, k);
+  const int64_t room = s.kv.held_positions() - s.n_computed - 1;
   return std::max<int64_t>(0, room);
 }
 
@@ -96,14 +96,14 @@ void Scheduler::verify_draft(Seq& s, std::span<const float> rows, std::vector<Se
   // that only they used go back to the pool (the next step takes what it needs, as after a
   // plain decode step).
   s.n_computed += accepted;
-  trim_blocks(s, s.n_computed);
-  publish_full_blocks(s);
-  drop_out_of_window(s);
+  s.kv.trim(s.n_computed);
+  s.kv.publish_full(s.tokens, s.n_computed);
+  s.kv.drop_out_of_window(s.n_computed);
   // The draft model ran the accepted drafts but the last (it only proposed that one) and the
   // rejected ones: it keeps the accepted positions it holds; the next step's catch-up runs
   // what it has not seen (the last accepted draft, the target's own token).
   s.draft_computed = std::min(s.draft_computed, s.n_computed);
-  trim_draft_blocks(s, s.draft_computed);
+  s.draft_kv.trim(s.draft_computed);
 }
 
 }  // namespace tandem

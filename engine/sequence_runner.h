@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kv/block_pool.h"
+#include "kv/block_table.h"
 #include "model/model.h"
 
 namespace tandem {
@@ -19,7 +20,6 @@ class SequenceRunner {
  public:
   // max_chunk: longer runs go as several passes of at most this many tokens (chunked prefill).
   SequenceRunner(Model& model, BlockPool& pool, int64_t max_chunk = 512);
-  ~SequenceRunner();
   SequenceRunner(const SequenceRunner&) = delete;
   SequenceRunner& operator=(const SequenceRunner&) = delete;
 
@@ -37,7 +37,7 @@ class SequenceRunner {
   BlockPool& pool_;
   int64_t max_chunk_;
   int64_t n_ = 0;
-  std::vector<int32_t> blocks_;
+  BlockTable kv_;  // its blocks in the pool
   std::vector<float> all_;  // every position's logits when a run spans several passes
 };
 

@@ -40,10 +40,10 @@ int KvLayerGroups::n_window_groups() const {
   return (int)std::count_if(window.begin(), window.end(), [](int64_t w) { return w > 0; });
 }
 
-int64_t KvLayerGroups::blocks_per_sequence(int64_t ctx, int block_tokens) const {
+int64_t KvLayerGroups::blocks_per_sequence(int64_t ctx, int block_tokens, int64_t chunk) const {
   const int64_t B = block_tokens, all = (ctx + B - 1) / B;
   int64_t n = 0;
-  for (int64_t w : window) n += w > 0 ? std::min(all, (w + B - 1) / B + 1) : all;
+  for (int64_t w : window) n += w > 0 ? std::min(all, (w - 1 + chunk + B - 1) / B + 1) : all;
   return n;
 }
 

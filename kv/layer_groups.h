@@ -36,9 +36,10 @@ struct KvLayerGroups {
     const int64_t w = window[(size_t)g];
     return w > 0 && next >= w ? next - w + 1 : 0;
   }
-  // Blocks of block_tokens positions one sequence holds with `ctx` positions computed, decoding
-  // (window groups: the window's blocks and one more, as the scheduler keeps them).
-  int64_t blocks_per_sequence(int64_t ctx, int block_tokens) const;
+  // The most blocks of block_tokens positions one sequence of `ctx` positions holds at once,
+  // computing `chunk` positions a pass (decoding: 1). A window group holds the window before a
+  // chunk and the chunk (decoding: the window's blocks and one more), a full group all.
+  int64_t blocks_per_sequence(int64_t ctx, int block_tokens, int64_t chunk = 1) const;
 };
 
 }  // namespace tandem
