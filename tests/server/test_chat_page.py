@@ -156,7 +156,19 @@ def main():
         check(bool(answer) and not failed and m and int(m.group(1)) > first_prompt + 10,
               f"a second turn is answered with the conversation as its prompt: {stats!r}")
 
-        # The KV view kept polling during the answer (its history has points) and is back to idle.
+        # The KV view polls /metrics (every 250 ms while the page's own answer runs, else every
+        # second). A short answer can end between two polls on a fast or busy machine, so the
+        # history is also shown a request that provably outlives two polls: 600 tokens that no
+        # end-of-text cuts short (seconds of decoding on any CPU), sent beside the page.
+        import json as _json
+        import urllib.request
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                                     data=_json.dumps({"prompt": "1, 2, 3,", "max_tokens": 600, "temperature": 0,
+                                                       "ignore_eos": True}).encode(),
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            r.read()
+        # The KV view kept polling during the answers (its history has points) and is back to idle.
         wait.until(lambda d: re.search(r"^0 of \d+ blocks", d.find_element(By.ID, "kv-text").text))
         check(True, "after the answer the KV view shows no blocks in use")
         peak = driver.find_element(By.ID, "kv-history").get_attribute("data-peak")
