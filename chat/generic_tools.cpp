@@ -169,104 +169,117 @@ void ToolCallStream::add_generic_calls(std::vector<ToolCall> calls, ToolCallOutp
 // The generic answer: {"response": "..."} streams its text as it comes (the string decoded);
 // a call object is held until it closes, then becomes calls. Anything else is text.
 void ToolCallStream::process_generic(bool final, ToolCallOutput* out) {
-  static constexpr std::string_view kResponse = "{\"response\": \"";
   for (;;) {
-    if (generic_ == GenericState::Undecided) {
-      const size_t i = buf_.find_first_not_of(" \t\r\n");
-      if (i == std::string::npos) {
-        if (final) buf_.clear();
+    switch (generic_) {
+      case GenericState::Undecided:
+        if (!generic_decide(final)) return;
+        break;
+      case GenericState::InResponse:
+        generic_response_text(final, out);
+        if (generic_ == GenericState::InResponse) return;
+        break;
+      case GenericState::CallObject:
+        if (!generic_call_object(final, out)) return;
+        break;
+      case GenericState::Done:  // the closing brace and whatever follows: not text
+        buf_.clear();
         return;
-      }
-      const std::string_view rest = std::string_view(buf_).substr(i);
-      if (rest.substr(0, kResponse.size()) == kResponse) {
-        buf_.erase(0, i + kResponse.size());
-        generic_ = GenericState::InResponse;
-        continue;
-      }
-      if (rest.size() < kResponse.size() && kResponse.substr(0, rest.size()) == rest && !final) return;  // may still be
-      generic_ = rest[0] == '{' ? GenericState::CallObject : GenericState::Text;
-      continue;
-    }
-    if (generic_ == GenericState::InResponse) {
-      size_t k = 0;
-      while (k < buf_.size()) {
-        const char c = buf_[k];
-        if (c == '"') {
-          generic_ = GenericState::Done;
-          k++;
-          break;
+      case GenericState::Text:  // not the format asked for: passed on as it is, at the end
+        if (final) {
+          out->content += buf_;
+          buf_.clear();
         }
-        if (c != '\\') {
-          out->content += c;
-          k++;
-          continue;
-        }
-        // An escape: decoded once whole (\uXXXX with its low surrogate when it is a high one).
-        size_t len = k + 1 < buf_.size() && buf_[k + 1] == 'u' ? 6 : 2;
-        if (len == 6 && k + 6 <= buf_.size()) {
-          const unsigned long unit = std::strtoul(buf_.substr(k + 2, 4).c_str(), nullptr, 16);
-          if (unit >= 0xD800 && unit <= 0xDBFF) len = 12;
-        }
-        if (k + len > buf_.size()) {
-          if (final) k = buf_.size();  // a cut escape at the very end: dropped
-          break;
-        }
-        const ojson s = ojson::parse("\"" + buf_.substr(k, len) + "\"", nullptr, false);
-        if (s.is_string()) out->content += s.get<std::string>();
-        k += len;
-      }
-      buf_.erase(0, k);
-      if (generic_ == GenericState::InResponse) return;
-      continue;
+        return;
     }
-    if (generic_ == GenericState::Done) {  // the closing brace and whatever follows: not text
-      buf_.clear();
-      return;
-    }
-    if (generic_ == GenericState::CallObject) {
-      const size_t i = buf_.find('{');
-      const JsonBrackets b = scan_json_brackets(buf_, i, 64, true);
-      if (b.end == std::string::npos && !final) return;
-      std::vector<ToolCall> calls;
-      if (b.end == std::string::npos && cut_calls(std::string_view(buf_).substr(i), &calls)) {
-        // Cut short (max_tokens) inside {"tool_calls": [...: the calls that are whole are calls.
-        add_generic_calls(std::move(calls), out);
-        generic_ = GenericState::Done;
-        continue;
-      }
-      const ojson j = ojson::parse(buf_.substr(i, b.end == std::string::npos ? std::string::npos : b.end - i), nullptr, false);
-      bool ok = j.is_object() && (j.contains("tool_call") || j.contains("tool_calls"));
-      if (ok && j.contains("tool_call")) {
-        ToolCall c;
-        ok = tool_call_from_json(j["tool_call"], &c);
-        if (ok) calls.push_back(std::move(c));
-      } else if (ok) {
-        ok = j["tool_calls"].is_array();
-        for (size_t n = 0; ok && n < j["tool_calls"].size(); n++) {
-          ToolCall c;
-          ok = tool_call_from_json(j["tool_calls"][n], &c);
-          if (ok) calls.push_back(std::move(c));
-        }
-      } else if (j.is_object() && j.contains("response") && j["response"].is_string()) {  // spaced differently
-        out->content += j["response"].get<std::string>();
-        generic_ = GenericState::Done;
-        continue;
-      }
-      if (!ok) {
-        generic_ = GenericState::Text;
-        continue;
-      }
-      add_generic_calls(std::move(calls), out);
-      generic_ = GenericState::Done;
-      continue;
-    }
-    // Text: not the format asked for (e.g. tool_choice none): passed on as it is, at the end.
-    if (final) {
-      out->content += buf_;
-      buf_.clear();
-    }
-    return;
   }
+}
+
+// What the answer is, from its first bytes; false while that is still open.
+bool ToolCallStream::generic_decide(bool final) {
+  static constexpr std::string_view kResponse = "{\"response\": \"";
+  const size_t i = buf_.find_first_not_of(" \t\r\n");
+  if (i == std::string::npos) {
+    if (final) buf_.clear();
+    return false;
+  }
+  const std::string_view rest = std::string_view(buf_).substr(i);
+  if (rest.substr(0, kResponse.size()) == kResponse) {
+    buf_.erase(0, i + kResponse.size());
+    generic_ = GenericState::InResponse;
+    return true;
+  }
+  if (rest.size() < kResponse.size() && kResponse.substr(0, rest.size()) == rest && !final) return false;  // may still be
+  generic_ = rest[0] == '{' ? GenericState::CallObject : GenericState::Text;
+  return true;
+}
+
+// The response string's bytes, decoded as they come (an escape once whole); Done at its quote.
+void ToolCallStream::generic_response_text(bool final, ToolCallOutput* out) {
+  size_t k = 0;
+  while (k < buf_.size()) {
+    const char c = buf_[k];
+    if (c == '"') {
+      generic_ = GenericState::Done;
+      k++;
+      break;
+    }
+    if (c != '\\') {
+      out->content += c;
+      k++;
+      continue;
+    }
+    // \uXXXX takes its low surrogate with it when it is a high one.
+    size_t len = k + 1 < buf_.size() && buf_[k + 1] == 'u' ? 6 : 2;
+    if (len == 6 && k + 6 <= buf_.size()) {
+      const unsigned long unit = std::strtoul(buf_.substr(k + 2, 4).c_str(), nullptr, 16);
+      if (unit >= 0xD800 && unit <= 0xDBFF) len = 12;
+    }
+    if (k + len > buf_.size()) {
+      if (final) k = buf_.size();  // a cut escape at the very end: dropped
+      break;
+    }
+    const ojson s = ojson::parse("\"" + buf_.substr(k, len) + "\"", nullptr, false);
+    if (s.is_string()) out->content += s.get<std::string>();
+    k += len;
+  }
+  buf_.erase(0, k);
+}
+
+// A call object, once it closes (or the answer ends): its calls, else text. False while open.
+bool ToolCallStream::generic_call_object(bool final, ToolCallOutput* out) {
+  const size_t i = buf_.find('{');
+  const JsonBrackets b = scan_json_brackets(buf_, i, 64, true);
+  if (b.end == std::string::npos && !final) return false;
+  std::vector<ToolCall> calls;
+  generic_ = GenericState::Done;
+  if (b.end == std::string::npos && cut_calls(std::string_view(buf_).substr(i), &calls)) {
+    // Cut short (max_tokens) inside {"tool_calls": [...: the calls that are whole are calls.
+    add_generic_calls(std::move(calls), out);
+    return true;
+  }
+  const ojson j = ojson::parse(buf_.substr(i, b.end == std::string::npos ? std::string::npos : b.end - i), nullptr, false);
+  bool ok = j.is_object() && (j.contains("tool_call") || j.contains("tool_calls"));
+  if (ok && j.contains("tool_call")) {
+    ToolCall c;
+    ok = tool_call_from_json(j["tool_call"], &c);
+    if (ok) calls.push_back(std::move(c));
+  } else if (ok) {
+    ok = j["tool_calls"].is_array();
+    for (size_t n = 0; ok && n < j["tool_calls"].size(); n++) {
+      ToolCall c;
+      ok = tool_call_from_json(j["tool_calls"][n], &c);
+      if (ok) calls.push_back(std::move(c));
+    }
+  } else if (j.is_object() && j.contains("response") && j["response"].is_string()) {  // spaced differently
+    out->content += j["response"].get<std::string>();
+    return true;
+  }
+  if (!ok) {
+    generic_ = GenericState::Text;
+    return true;
+  }
+  add_generic_calls(std::move(calls), out);
+  return true;
 }
 
 }  // namespace tandem

@@ -96,6 +96,9 @@ class ToolCallStream {
   Segment mistral_args_segment(bool final) const;
   void process_generic(bool final, ToolCallOutput* out);  // chat/generic_tools.cpp
   void add_generic_calls(std::vector<ToolCall> calls, ToolCallOutput* out);
+  bool generic_decide(bool final);
+  void generic_response_text(bool final, ToolCallOutput* out);
+  bool generic_call_object(bool final, ToolCallOutput* out);
   enum class GenericState { Undecided, InResponse, CallObject, Text, Done };
   GenericState generic_ = GenericState::Undecided;
   std::set<std::string> generic_seen_;  // name + '\0' + arguments of the calls returned
