@@ -6,6 +6,7 @@
 #include "chat/generic_tools.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "grammar_recognizer.h"
+#include "tool_call_testing.h"
 
 namespace tandem {
 namespace {
@@ -17,32 +18,6 @@ const json kTools = json::array({{{"type", "function"},
                                    {{"name", "get_weather"},
                                     {"description", "Weather in a city"},
                                     {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
-
-ToolCallOutput streamed(const std::vector<std::string>& pieces, size_t max_calls = SIZE_MAX) {
-  ToolCallStream s(ToolCallFamily::Generic, max_calls);
-  ToolCallOutput all;
-  auto add = [&](ToolCallOutput o) {
-    all.content += o.content;
-    for (auto& c : o.calls) all.calls.push_back(c);
-  };
-  for (const auto& p : pieces) add(s.push(p));
-  add(s.finish());
-  return all;
-}
-
-// Every split into two pieces, and byte by byte, equals the one-shot parse.
-void expect_split_invariant(const std::string& text) {
-  const ToolCallOutput whole = parse_tool_calls(ToolCallFamily::Generic, text);
-  auto same = [&](const ToolCallOutput& o, const std::string& what) {
-    EXPECT_EQ(o.content, whole.content) << what;
-    ASSERT_EQ(o.calls.size(), whole.calls.size()) << what;
-    for (size_t i = 0; i < o.calls.size(); i++) EXPECT_EQ(o.calls[i].arguments, whole.calls[i].arguments) << what;
-  };
-  for (size_t cut = 0; cut <= text.size(); cut++) same(streamed({text.substr(0, cut), text.substr(cut)}), "cut " + std::to_string(cut));
-  std::vector<std::string> bytes;
-  for (char c : text) bytes.emplace_back(1, c);
-  same(streamed(bytes), "byte by byte");
-}
 
 TEST(GenericTools, AnswersParseBackToCallsOrText) {
   auto one = parse_tool_calls(ToolCallFamily::Generic, R"({"tool_call": {"name": "get_weather", "arguments": {"city": "Rome"}}})");
@@ -75,11 +50,11 @@ TEST(GenericTools, AnswersParseBackToCallsOrText) {
 }
 
 TEST(GenericTools, StreamingInAnySplitEqualsOnePiece) {
-  expect_split_invariant(R"({"response": "a\nb \"q\" \u00e9 \ud83d\ude00 end"})");
-  expect_split_invariant(R"({"tool_call": {"name": "get_weather", "arguments": {"city": "Rome"}}})");
-  expect_split_invariant(R"({"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": [1, {"y": "}"}]}}]})");
-  expect_split_invariant("  plain text, not JSON");
-  expect_split_invariant(R"({"tool_calls": [{"name": "a", "arguments": {"k": "v"}}, {"name": "a", "argu)");
+  expect_split_invariant(ToolCallFamily::Generic, R"({"response": "a\nb \"q\" \u00e9 \ud83d\ude00 end"})");
+  expect_split_invariant(ToolCallFamily::Generic, R"({"tool_call": {"name": "get_weather", "arguments": {"city": "Rome"}}})");
+  expect_split_invariant(ToolCallFamily::Generic, R"({"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": [1, {"y": "}"}]}}]})");
+  expect_split_invariant(ToolCallFamily::Generic, "  plain text, not JSON");
+  expect_split_invariant(ToolCallFamily::Generic, R"({"tool_calls": [{"name": "a", "arguments": {"k": "v"}}, {"name": "a", "argu)");
   // The response's text streams before the answer ends.
   ToolCallStream s(ToolCallFamily::Generic);
   EXPECT_EQ(s.push(R"({"response": "Hel)").content, "Hel");

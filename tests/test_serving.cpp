@@ -517,6 +517,16 @@ TEST(Scheduler, NoSequenceIsPreemptedAgainBeforeItProgresses) {
   EXPECT_EQ(pool->used_blocks(), 0);
 }
 
+// A greedy request of `tenant`: n prompt tokens (first + t * step) % 90 + 3.
+RequestParams tenant_request(const std::string& tenant, int n, int first, int step, int max_tokens) {
+  RequestParams rp;
+  for (int t = 0; t < n; t++) rp.prompt.push_back((first + t * step) % 90 + 3);
+  rp.max_tokens = max_tokens;
+  rp.sampling.temperature = 0;
+  rp.tenant = tenant;
+  return rp;
+}
+
 // Issue 45: one tenant's flood of long prompts pushed another tenant's first token from 15 ms
 // to 8.3 s (admission first come first served, prefill chunks oldest first). Now the prefill
 // budget is shared between tenants and admission and preemption favour the least served: B's
@@ -532,20 +542,10 @@ TEST(Scheduler, TenantsShareAdmissionAndPrefill) {
     o.max_running = max_running;
     Scheduler sched(*m, *pool, o);
     Collected c;
-    for (int r = 0; r < 8; r++) {  // tenant A: 8 prompts of 60 tokens = 30 steps of prefill alone
-      RequestParams rp;
-      for (int t = 0; t < 60; t++) rp.prompt.push_back((r * 17 + t * 3) % 90 + 3);
-      rp.max_tokens = 8;
-      rp.sampling.temperature = 0;
-      rp.tenant = "A";
-      ASSERT_TRUE(sched.add(rp, c.callback()).ok());
-    }
+    for (int r = 0; r < 8; r++)  // tenant A: 8 prompts of 60 tokens = 30 steps of prefill alone
+      ASSERT_TRUE(sched.add(tenant_request("A", 60, r * 17, 3, 8), c.callback()).ok());
     ASSERT_TRUE(sched.step().ok());  // A is under way
-    RequestParams b;
-    for (int t = 0; t < 12; t++) b.prompt.push_back((t * 11) % 90 + 3);
-    b.max_tokens = 4;
-    b.sampling.temperature = 0;
-    b.tenant = "B";
+    const RequestParams b = tenant_request("B", 12, 0, 11, 4);
     auto bid = sched.add(b, c.callback());
     ASSERT_TRUE(bid.ok());
     int steps = 0;
@@ -575,11 +575,7 @@ TEST(Scheduler, ATenantWithNothingRunningGetsBlocksAndAStep) {
   Collected c;
   std::map<int64_t, std::vector<int32_t>> prompts;
   for (int r = 0; r < 4; r++) {
-    RequestParams rp;
-    for (int t = 0; t < 4; t++) rp.prompt.push_back((r * 19 + t * 7) % 90 + 3);
-    rp.max_tokens = 12;
-    rp.sampling.temperature = 0;
-    rp.tenant = "A";
+    const RequestParams rp = tenant_request("A", 4, r * 19, 7, 12);
     auto id = sched.add(rp, c.callback());
     ASSERT_TRUE(id.ok());
     prompts[id.value()] = rp.prompt;
@@ -587,11 +583,7 @@ TEST(Scheduler, ATenantWithNothingRunningGetsBlocksAndAStep) {
   for (int k = 0; k < 12 && pool->free_blocks() > 0; k++) ASSERT_TRUE(sched.step().ok());  // A decoding
   ASSERT_EQ(pool->free_blocks(), 0);
   ASSERT_EQ(sched.n_running(), 4u);
-  RequestParams b;
-  for (int t = 0; t < 10; t++) b.prompt.push_back((t * 23) % 90 + 3);
-  b.max_tokens = 3;
-  b.sampling.temperature = 0;
-  b.tenant = "B";
+  const RequestParams b = tenant_request("B", 10, 0, 23, 3);
   auto bid = sched.add(b, c.callback());
   ASSERT_TRUE(bid.ok());
   ASSERT_TRUE(sched.step().ok());

@@ -233,6 +233,15 @@ Divergence logits_against_one_process(const TinyShape& shape, const std::string&
   return d;
 }
 
+// A shape that cannot be split this many ways: loading it is an error that says `why`.
+void expect_split_refused(const TinyShape& shape, const std::string& name, const std::string& why) {
+  const std::string path = write_model(shape, name);
+  auto m = load_split(path, false);
+  std::remove(path.c_str());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find(why), std::string::npos) << m.error().message;
+}
+
 class TensorParallel : public testing::Test {
  protected:
   void SetUp() override {
@@ -258,11 +267,7 @@ TEST_F(TensorParallel, Llama1bHeadLayoutMatchesOneProcess) {
 // neither divide nor replicate 2 K,V heads evenly, and the error says so.
 TEST_F(TensorParallel, Qwen05bHeadLayoutMatchesOneProcess) {
   if (g_world->size() % 2 != 0) {
-    const std::string path = write_model(qwen_05b_shape(), "qwen_err");
-    auto m = load_split(path, false);
-    ASSERT_FALSE(m.ok());
-    EXPECT_NE(m.error().message.find("its 2 K,V heads are fewer than"), std::string::npos) << m.error().message;
-    std::remove(path.c_str());
+    expect_split_refused(qwen_05b_shape(), "qwen_err", "its 2 K,V heads are fewer than");
     return;
   }
   for (bool f32 : {true, false}) expect_equal(logits_against_one_process(qwen_05b_shape(), "qwen05b", f32));
@@ -276,11 +281,7 @@ TEST_F(TensorParallel, Gemma3ReplicatesItsOneKvHead) {
 // nor replicate them evenly, and the error says so.
 TEST_F(TensorParallel, SmolLM2SplitsItsThreeKvHeadsUnevenly) {
   if (g_world->size() % 3 != 0 && g_world->size() > 3) {
-    const std::string path = write_model(smollm2_135m_shape(), "smollm2_err");
-    auto m = load_split(path, false);
-    ASSERT_FALSE(m.ok());
-    EXPECT_NE(m.error().message.find("its 3 K,V heads are fewer than"), std::string::npos) << m.error().message;
-    std::remove(path.c_str());
+    expect_split_refused(smollm2_135m_shape(), "smollm2_err", "its 3 K,V heads are fewer than");
     return;
   }
   for (bool f32 : {true, false}) expect_equal(logits_against_one_process(smollm2_135m_shape(), "smollm2", f32));
@@ -299,11 +300,7 @@ TEST_F(TensorParallel, QuantizedShardsOfLargeBlocksMatchOneProcess) {
 TEST_F(TensorParallel, TooNarrowSharesSayWhy) {
   TinyShape shape;
   shape.n_ff = 16, shape.n_kv_head = 1;  // one K,V head replicates over any number of ranks
-  const std::string path = write_model(shape, "narrow");
-  auto m = load_split(path, false);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.error().message.find("feed-forward width of 16 is fewer than"), std::string::npos) << m.error().message;
-  std::remove(path.c_str());
+  expect_split_refused(shape, "narrow", "feed-forward width of 16 is fewer than");
 }
 
 TEST_F(TensorParallel, KvPoolHoldsThisRanksHeads) {

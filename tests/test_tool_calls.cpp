@@ -8,6 +8,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/tool_calls.h"
+#include "tool_call_testing.h"
 
 namespace tandem {
 namespace {
@@ -23,38 +24,6 @@ std::string slurp(const std::string& path) {
 
 std::string template_text(const std::string& name) {
   return slurp(std::string(TANDEM_SOURCE_DIR) + "/tests/data/chat_templates/" + name + ".jinja");
-}
-
-// The stream fed one piece at a time, joined.
-ToolCallOutput streamed(ToolCallFamily f, const std::vector<std::string>& pieces, size_t max_calls = SIZE_MAX) {
-  ToolCallStream s(f, max_calls);
-  ToolCallOutput all;
-  auto add = [&](ToolCallOutput o) {
-    all.content += o.content;
-    for (auto& c : o.calls) all.calls.push_back(c);
-  };
-  for (const auto& p : pieces) add(s.push(p));
-  add(s.finish());
-  return all;
-}
-
-void expect_same(const ToolCallOutput& a, const ToolCallOutput& b, const std::string& what) {
-  EXPECT_EQ(a.content, b.content) << what;
-  ASSERT_EQ(a.calls.size(), b.calls.size()) << what;
-  for (size_t i = 0; i < a.calls.size(); i++) {
-    EXPECT_EQ(a.calls[i].name, b.calls[i].name) << what;
-    EXPECT_EQ(a.calls[i].arguments, b.calls[i].arguments) << what;
-  }
-}
-
-// Every split into two pieces, and every byte on its own, gives the one-shot answer.
-void expect_split_invariant(ToolCallFamily f, const std::string& text) {
-  const ToolCallOutput whole = parse_tool_calls(f, text);
-  for (size_t cut = 0; cut <= text.size(); cut++)
-    expect_same(streamed(f, {text.substr(0, cut), text.substr(cut)}), whole, "cut at " + std::to_string(cut) + " of " + text);
-  std::vector<std::string> bytes;
-  for (char c : text) bytes.emplace_back(1, c);
-  expect_same(streamed(f, bytes), whole, "byte by byte: " + text);
 }
 
 TEST(ToolCalls, HermesOneCall) {
