@@ -177,16 +177,13 @@ std::vector<Scheduler::Planned> Scheduler::schedule() {
       continue;
     }
     if (!victim) victim = running_.back().get();  // never stall the whole batch
-    preempt(*victim);
     auto vit = std::find_if(plan.begin(), plan.end(), [&](const Planned& p) { return p.seq == victim; });
     if (vit != plan.end()) {
       const size_t vi = (size_t)(vit - plan.begin());
       plan.erase(vit);
       if (vi < i) i--;
     }
-    auto rit = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == victim; });
-    waiting_.push_front(std::move(*rit));
-    running_.erase(rit);
+    requeue(*victim, /*at_front=*/true);
   }
   propose_drafts(plan, budget);
   return plan;

@@ -166,6 +166,9 @@ class Scheduler {
   // The most blocks a sequence of n_tokens needs at once in all groups together.
   int64_t blocks_for_tokens(int64_t n_tokens) const;
   void preempt(Seq& s);
+  // Preempts a running sequence and moves it to the waiting queue's front (it waits for
+  // blocks) or back (it gave way to another tenant).
+  void requeue(Seq& s, bool at_front);
   // Of the tenant holding the most running sequences, the newest that made progress since its
   // last preemption (fairness between tenants: scheduler_fairness.cpp).
   Seq* preemption_victim();

@@ -48,10 +48,7 @@ bool Scheduler::preempt_for_waiting_tenant() {
   if (!starved) return false;
   Seq* victim = preemption_victim();
   if (!victim || running.at(victim->params.tenant) < 2) return false;
-  preempt(*victim);
-  auto rit = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == victim; });
-  waiting_.push_back(std::move(*rit));  // behind the starved tenant's request
-  running_.erase(rit);
+  requeue(*victim, /*at_front=*/false);  // behind the starved tenant's request
   return true;
 }
 
@@ -78,10 +75,7 @@ bool Scheduler::preempt_for_blocks_of(const Seq& s) {
   if (running.count(s.params.tenant) || running.empty()) return false;
   Seq* victim = preemption_victim();
   if (!victim) return false;
-  preempt(*victim);
-  auto rit = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == victim; });
-  waiting_.push_back(std::move(*rit));
-  running_.erase(rit);
+  requeue(*victim, /*at_front=*/false);
   return true;
 }
 

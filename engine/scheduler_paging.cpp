@@ -45,6 +45,14 @@ void Scheduler::preempt(Seq& s) {
   s.generated_at_preemption = s.n_generated;
 }
 
+void Scheduler::requeue(Seq& s, bool at_front) {
+  preempt(s);
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
+  if (at_front) waiting_.push_front(std::move(*it));
+  else waiting_.push_back(std::move(*it));
+  running_.erase(it);
+}
+
 void Scheduler::release_blocks(Seq& s) {
   s.kv.release();
   s.draft_kv.release();

@@ -92,10 +92,13 @@ def sigterm(srv):
 
 # ---- raw HTTP ---------------------------------------------------------------------------------
 
-def connect(port, timeout=30, rcvbuf=None):
+def connect(port, timeout=30, rcvbuf=None, source=None):
+    """A loopback connection; `source` binds another 127/8 address (another client to the server)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    if source:
+        s.bind((source, 0))
     s.settimeout(timeout)
     s.connect(("127.0.0.1", port))
     return s

@@ -4,7 +4,6 @@ access headers and unknown /tokenize fields, and tenants (API keys) that must ne
 starve each other, nor lose their connection slots to an unauthenticated flood."""
 import json
 import os
-import socket
 import statistics
 import tempfile
 import threading
@@ -121,14 +120,6 @@ def flood(srv, key, n, stop, out, tokens=400):
     return threads
 
 
-def connect_from(port, source, timeout=5):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.bind((source, 0))
-    s.connect(("127.0.0.1", port))
-    return s
-
-
 def tenant_checks(tandem, model):
     """With several keys: /metrics was one global view (tenant A read B's prompt and output
     lengths and cache hits from counter deltas); A's 32 long streams pushed B's TTFT from 15 ms
@@ -186,7 +177,7 @@ def tenant_checks(tandem, model):
         for source in ("127.0.0.2", "127.0.0.3"):
             for _ in range(70):
                 try:
-                    held.append(connect_from(srv.port, source))
+                    held.append(connect(srv.port, timeout=5, source=source))
                 except OSError:
                     pass
         time.sleep(1.5)  # those that landed in the kept slots sent no header within 1 s: cut
