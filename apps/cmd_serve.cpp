@@ -33,22 +33,25 @@ std::string trimmed(std::string s) {
   return s;
 }
 
-// The keys from --api-key, --api-key-file (one per line: each a tenant; blank lines and lines
-// starting with # skipped) or $TANDEM_API_KEY (the last two keep them out of `ps`).
+// Keys from a file given as `option`: one per line, blank lines and lines starting with #
+// skipped (a file keeps them out of `ps`).
+Result<std::vector<std::string>> keys_from_file(const char* option, const std::string& file) {
+  std::ifstream in(file);
+  if (!in) return make_error("{} {}: cannot open", option, file);
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    line = trimmed(line);
+    if (!line.empty() && line[0] != '#') keys.push_back(line);
+  }
+  if (keys.empty()) return make_error("{} {}: the file holds no key", option, file);
+  return keys;
+}
+
+// The keys from --api-key, --api-key-file (each a tenant) or $TANDEM_API_KEY.
 Result<std::vector<std::string>> api_keys(const std::string& flag, const std::string& file) {
   if (!flag.empty() && !file.empty()) return make_error("give --api-key or --api-key-file, not both");
   if (!flag.empty()) return std::vector<std::string>{flag};
-  if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return make_error("--api-key-file {}: cannot open", file);
-    std::vector<std::string> keys;
-    for (std::string line; std::getline(in, line);) {
-      line = trimmed(line);
-      if (!line.empty() && line[0] != '#') keys.push_back(line);
-    }
-    if (keys.empty()) return make_error("--api-key-file {}: the file holds no key", file);
-    return keys;
-  }
+  if (!file.empty()) return keys_from_file("--api-key-file", file);
   const char* env = std::getenv("TANDEM_API_KEY");
   const std::string key = trimmed(env ? env : "");
   return key.empty() ? std::vector<std::string>{} : std::vector<std::string>{key};
@@ -152,8 +155,8 @@ Command add_serve_command(CLI::App& app) {
     if (!keys.ok()) return fail(keys.error().message);
     std::vector<std::string> operator_keys;
     if (!a->operator_key_file.empty()) {
-      auto ops = api_keys("", a->operator_key_file);
-      if (!ops.ok()) return fail(fmt::format("--operator-key-file: {}", ops.error().message));
+      auto ops = keys_from_file("--operator-key-file", a->operator_key_file);
+      if (!ops.ok()) return fail(ops.error().message);
       operator_keys = ops.value();
     }
     auto lm = load_model(a->load);
