@@ -20,10 +20,11 @@ const char* finish_reason_name(FinishReason r) {
   }
 }
 
-Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o) : model_(model), pool_(pool), opts_(o) {
-  if (opts_.draft_model) draft_cost_ = draft_model_min_rate((double)opts_.draft_model.model->gguf().tensor_bytes(),
-                                                         (double)model_.gguf().tensor_bytes());
-}
+Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o)
+    : model_(model),
+      pool_(pool),
+      opts_(o),
+      speculator_(opts_.speculative, opts_.draft_model, model_, opts_.max_batch_tokens, stats_) {}
 
 Scheduler::~Scheduler() = default;  // each sequence's BlockTables give their blocks back
 
@@ -45,18 +46,13 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
     if (!m.ok()) return m.error();
     matcher = std::move(m.value());
   }
-  if (p.speculative.value_or(opts_.speculative).mode == SpeculativeMode::Draft) {
-    if (!opts_.draft_model) return make_error("speculative mode 'draft' needs a draft model (start with --draft-model FILE)");
-    if (opts_.draft_model.model->config().n_vocab != model_.config().n_vocab)
-      return make_error("the draft model's vocabulary ({} tokens) is not the model's ({})",
-                        opts_.draft_model.model->config().n_vocab, model_.config().n_vocab);
-  }
+  auto spec = speculator_.start(p.speculative, p.sampling);
+  if (!spec.ok()) return spec.error();
   const int64_t id = next_id_++;
-  auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb), opts_.speculative);
+  auto s = std::make_unique<Seq>(id, std::move(p), std::move(cb), std::move(spec.value()));
   s->matcher = std::move(matcher);
   s->tokens = s->params.prompt;
   s->kv = BlockTable(pool_, pool_.scope_root(s->params.cache_scope));
-  if (opts_.draft_model) s->draft_kv = BlockTable(*opts_.draft_model.pool);
   s->n_prompt = (int)s->tokens.size();
   waiting_.push_back(std::move(s));
   return id;
@@ -91,11 +87,11 @@ Status Scheduler::step() {
   stats_.steps++;
   if (!logits.ok()) {
     const std::string msg = logits.error().message;
-    for (const Planned& p : plan) p.seq->draft.clear(), p.seq->draft_q.clear(), finish(*p.seq, FinishReason::Error, msg);
+    for (const Planned& p : plan) p.seq->spec.clear_draft(), finish(*p.seq, FinishReason::Error, msg);
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }), running_.end());
     return logits.error();
   }
-  if (opts_.draft_model) draft_prefill(plan);
+  if (speculator_.has_draft_model()) draft_prefill(plan);
   postprocess(plan, logit_rows, logits.value());
   return Status::Ok();
 }
@@ -195,9 +191,9 @@ Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, 
   ForwardBatch batch(pool_.block_tokens());
   for (const Planned& p : plan) {
     Seq& s = *p.seq;
-    if (!s.draft.empty()) {  // the decode token, then the draft at the positions after it
+    if (!s.spec.draft.empty()) {  // the decode token, then the draft at the positions after it
       std::vector<int32_t> chunk(1, s.tokens.back());
-      chunk.insert(chunk.end(), s.draft.begin(), s.draft.end());
+      chunk.insert(chunk.end(), s.spec.draft.begin(), s.spec.draft.end());
       TANDEM_TRY(batch.add_sequence(chunk, s.n_computed, s.kv.tables(), ForwardBatch::Logits::All));
       logit_rows.push_back({&s, (int64_t)chunk.size()});
       continue;
@@ -220,7 +216,7 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
                             std::span<const float> logits) {
   for (const Planned& p : plan) {
     // A drafted position counts as computed only once the target accepts its token.
-    p.seq->n_computed += p.seq->draft.empty() ? p.n : 1;
+    p.seq->n_computed += p.seq->spec.draft.empty() ? p.n : 1;
     if (!opts_.no_kv_cache) {
       p.seq->kv.publish_full(p.seq->tokens, p.seq->n_computed);
       p.seq->kv.drop_out_of_window(p.seq->n_computed);
@@ -235,11 +231,11 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
     const std::span<const float> rows = logits.subspan(row * V, (size_t)lr.n * V);
     row += (size_t)lr.n;
     if (s.n_generated >= s.params.max_tokens) {  // max_tokens == 0, or resumed at the limit
-      s.draft.clear();
+      s.spec.clear_draft();
       done.push_back(&s);
       continue;
     }
-    if (!s.draft.empty()) {
+    if (!s.spec.draft.empty()) {
       verify_draft(s, rows, done);
       continue;
     }

@@ -27,9 +27,8 @@
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
-#include "engine/draft_model.h"
 #include "engine/sampler.h"
-#include "engine/speculative.h"
+#include "engine/speculator.h"
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
 #include "model/model.h"
@@ -100,20 +99,12 @@ struct SchedulerOptions {
   DraftModel draft_model;
 };
 
-struct SchedulerStats {
+// The speculative decoding counts (drafted, accepted, the draft model's passes) are the
+// Speculator's (engine/speculator.h).
+struct SchedulerStats : SpeculationStats {
   int64_t steps = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0;
-  // Speculative decoding: tokens proposed, proposed tokens the target accepted, and the decode
-  // steps that verified a draft.
-  int64_t drafted_tokens = 0, accepted_tokens = 0, verify_steps = 0;
-  int64_t draft_passes = 0;  // the draft model's forward passes (batched across sequences)
-  double draft_pass_s = 0;   // time in them (part of the steps' time, not of pass_s)
-  // Of those, the passes over prompts (prefilled beside the target's prefill: time to first
-  // token, not decode) and their time.
-  int64_t draft_prefill_passes = 0;
-  double draft_prefill_s = 0;
-  double acceptance_rate() const { return drafted_tokens ? (double)accepted_tokens / (double)drafted_tokens : 0.0; }
   double pass_s = 0;  // time in forward passes, all steps
   // Constrained decoding: full masks computed (the greedy fast path skips them when the
   // argmax is allowed) and the time spent on masks and matching.
@@ -192,44 +183,22 @@ class Scheduler {
   // The grammar's mask for the sequence's next token (empty span: unconstrained); `keep`
   // holds it alive.
   std::span<const uint64_t> allowed_tokens(Seq& s, std::shared_ptr<const grammar::TokenMask>& keep);
-  void prune_draft_to_grammar(Seq& s);
+  // Cuts a lookup draft at the first token s's grammar refuses.
+  void prune_draft_to_grammar(const Seq& s, std::vector<int32_t>& draft);
 
-  // Speculative rounds (scheduler_speculation.cpp).
+  // Speculative decoding's scheduler side (scheduler_speculation.cpp); the Speculator drafts.
   void propose_drafts(std::vector<Planned>& plan, int64_t budget);  // after blocks: drafts into free ones
-  int64_t fit_draft(Seq& s, int64_t k);  // target blocks for 1 + k positions: how many fit
+  void draft_prefill(const std::vector<Planned>& plan);  // the draft model's K,V of this pass's prompt chunks
   void verify_draft(Seq& s, std::span<const float> rows, std::vector<Seq*>& done);
-
-  // The draft model's passes (scheduler_draft_model.cpp).
-  // The draft model's passes for the sequences in `jobs` (n: tokens each may draft): first its
-  // K,V catch up with each sequence's tokens, then one pass per draft position for all of
-  // them. Fills each Seq's draft and draft_q; an error leaves them without a draft.
-  void draft_with_model(const std::vector<Planned>& jobs);
-  // The draft model's K,V of the prompt chunks this step's pass prefilled, in the same step
-  // (the draft model's share of prefill lands in time to first token, not in decode).
-  void draft_prefill(const std::vector<Planned>& plan);
-  struct DraftRound;
-  DraftRound reserve_draft_blocks(const std::vector<Planned>& jobs);
-  Status draft_catch_up(DraftRound& r);
-  // Draft-model passes (chunks within the batch budget) until each seqs[i]'s draft K,V hold
-  // upto[i] of its tokens; with at_end, the pass that reaches upto[i] also gives that
-  // position's logits to at_end(i, row).
-  Status draft_advance(const std::vector<Seq*>& seqs, const std::vector<int64_t>& upto,
-                       const std::function<void(size_t, std::span<const float>)>& at_end);
-  Status draft_positions(DraftRound& r);
-  void draft_propose(DraftRound& r, size_t i, std::span<const float> row);  // the draft model's logits -> a draft token
-  // Draft blocks (free ones only) for `positions` of s's tokens: the positions they hold.
-  int64_t reserve_draft_positions(Seq& s, int64_t positions);
 
   Model& model_;
   BlockPool& pool_;
   SchedulerOptions opts_;
-  // The least share of a draft model's draft that must be accepted to pay for its passes and
-  // the wider verify pass (draft_model_min_rate, DraftBackoff).
-  double draft_cost_ = 0.0;
+  SchedulerStats stats_;
+  Speculator speculator_;  // counts into stats_
   int64_t next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;  // oldest first
-  SchedulerStats stats_;
 };
 
 }  // namespace tandem

@@ -42,18 +42,18 @@ int32_t Scheduler::sample_next(Seq& s, std::span<const float> row) {
   return s.sampler.sample(row, s.tokens, allowed);
 }
 
-void Scheduler::prune_draft_to_grammar(Seq& s) {
+void Scheduler::prune_draft_to_grammar(const Seq& s, std::vector<int32_t>& draft) {
   // A drafted token the grammar refuses would be rejected anyway: cut the draft before it, so
   // the pass does not compute positions that cannot be kept.
-  if (!s.matcher || s.draft.empty()) return;
+  if (!s.matcher || draft.empty()) return;
   Timer t;
   grammar::Matcher m = *s.matcher;
   size_t keep = 0;
-  while (keep < s.draft.size() && m.accept(opts_.masker->token_bytes(s.draft[keep]))) {
+  while (keep < draft.size() && m.accept(opts_.masker->token_bytes(draft[keep]))) {
     keep++;
     if (m.must_end()) break;  // the sentence is complete: the sequence stops there
   }
-  s.draft.resize(keep);
+  draft.resize(keep);
   stats_.mask_s += t.seconds();
 }
 

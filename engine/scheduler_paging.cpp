@@ -55,8 +55,7 @@ void Scheduler::requeue(Seq& s, bool at_front) {
 
 void Scheduler::release_blocks(Seq& s) {
   s.kv.release();
-  s.draft_kv.release();
-  s.draft_computed = 0;
+  s.spec.release();
 }
 
 }  // namespace tandem
