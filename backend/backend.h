@@ -88,6 +88,26 @@ enum class RopeStyle : uint8_t { AdjacentPairs, NeoxHalves };
 // Qwen, Phi, Granite) or GELU with the tanh approximation (GeGLU: Gemma).
 enum class GateActivation : uint8_t { Silu, GeluTanh };
 
+// How a mixture-of-experts layer picks and weighs each token's experts from its router logits
+// (one per expert). Softmax gating: probabilities over all experts, the n_used largest kept
+// (Qwen3-MoE, Mixtral, OLMoE, Qwen2-MoE); with softmax_over_top_k the n_used largest raw
+// logits are taken first and the softmax runs over them alone (gpt-oss). normalize: the kept
+// weights are divided by their sum; then every weight is multiplied by scale.
+enum class ExpertGating : uint8_t { Softmax, Sigmoid };
+struct MoeRouting {
+  int n_expert = 0;
+  int n_used = 0;
+  ExpertGating gating = ExpertGating::Softmax;
+  bool softmax_over_top_k = false;
+  bool normalize = false;
+  float scale = 1.0f;
+};
+
+// One layer's routed experts: expert e's gate and up [n_ff, cols] and down [cols, n_ff].
+struct ExpertWeights {
+  std::span<const Weight> gate, up, down;
+};
+
 // What one layer's attention computes besides the shapes.
 struct AttentionParams {
   float scale = 0;     // scores = q . k * scale (usually 1 / sqrt(head_dim); the family decides)
@@ -192,6 +212,16 @@ class Backend {
   // out [n_tokens, n_head * head_dim].
   virtual void attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
                          const AttentionParams& p, const Tensor& out) = 0;
+  // ---- mixtures of experts (a backend that runs them says so; others refuse such models) ----
+  virtual bool runs_moe() const { return false; }
+  // routes [n, 2 * r.n_used] = for each row of router logits [n, r.n_expert]: the chosen
+  // experts' ids (as floats, largest weight first, ties to the lower id), then their weights.
+  virtual void moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes);
+  // out [n, x.cols] = for each row, the sum over its routes of weight * down_e(act(gate_e x)
+  // * up_e x). Each chosen expert's weights are read once per call, however many rows chose it.
+  virtual void moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
+                       const Tensor& out);
+
   // out [rows.size(), w.rows] = W rmsnorm(x[rows[i]]) * norm, then p's scale and soft-cap: the
   // logits of the rows that want them. scratch: at least [rows.size(), x.cols].
   virtual void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,

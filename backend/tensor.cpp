@@ -28,6 +28,18 @@ void Backend::gather_columns(const Tensor&, const Tensor&, std::span<const int64
   std::abort();
 }
 
+void Backend::moe_route(const Tensor&, const MoeRouting&, const Tensor&) {
+  // Only reached when runs_moe() said true without overriding this: a bug (models with experts
+  // are refused at load by a backend that does not run them).
+  std::fprintf(stderr, "tandem: backend %s cannot route experts\n", describe().c_str());
+  std::abort();
+}
+
+void Backend::moe_ffn(const Tensor&, const Tensor&, int, const ExpertWeights&, GateActivation, const Tensor&) {
+  std::fprintf(stderr, "tandem: backend %s cannot run experts\n", describe().c_str());
+  std::abort();
+}
+
 Tensor Tensor::rows_view(int64_t first, int64_t n) const {
   Tensor v = *this;
   v.data = static_cast<uint8_t*>(data) + (size_t)first * row_bytes();

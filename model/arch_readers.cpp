@@ -36,7 +36,14 @@ ArchSpec base_spec(const GgufFile& f, const ModelConfig& c, std::string family) 
   return s;
 }
 
-Result<ArchSpec> read_llama(const GgufFile& f, const ModelConfig& c) { return base_spec(f, c, "llama"); }
+// Llama; with expert_count > 0 a Mixtral: softmax routing, top-k renormalised.
+Result<ArchSpec> read_llama(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "llama");
+  auto experts = f.get_uint(c.arch + ".expert_count");
+  if (!experts.ok()) return experts.error();
+  if (experts->value_or(0) > 0) TANDEM_TRY(read_experts(f, c, /*normalize=*/true, s));
+  return s;
+}
 
 // Granite is Llama's layout with four multipliers: embeddings, each residual branch, the
 // attention scores (instead of 1 / sqrt(head_dim)), and the logits (divided by logit_scale).
@@ -77,6 +84,27 @@ Result<ArchSpec> read_qwen3(const GgufFile& f, const ModelConfig& c) {
   ArchSpec s = base_spec(f, c, "qwen3");
   s.rope_style = RopeStyle::NeoxHalves;
   s.qk_norm = true;
+  return s;
+}
+
+// Qwen3-MoE (30B-A3B, 235B-A22B): Qwen3's attention; every layer's FFN is routed experts,
+// softmax over all, top-k renormalised.
+Result<ArchSpec> read_qwen3moe(const GgufFile& f, const ModelConfig& c) {
+  auto s = read_qwen3(f, c);
+  if (!s.ok()) return s;
+  s->family = "qwen3moe";
+  TANDEM_TRY(read_experts(f, c, /*normalize=*/true, *s));
+  return s;
+}
+
+// OLMoE: NeoX halves, QK-norm over the whole q and k rows (not per head), softmax top-k not
+// renormalised.
+Result<ArchSpec> read_olmoe(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "olmoe");
+  s.rope_style = RopeStyle::NeoxHalves;
+  s.qk_norm = true;
+  s.qk_norm_rows = true;
+  TANDEM_TRY(read_experts(f, c, /*normalize=*/false, s));
   return s;
 }
 
@@ -159,12 +187,14 @@ struct Family {
   Result<ArchSpec> (*read)(const GgufFile&, const ModelConfig&);
 };
 
-constexpr std::array<Family, 7> kFamilies = {{
+constexpr std::array<Family, 9> kFamilies = {{
     {"llama", read_llama},
     {"mistral", read_llama},
     {"granite", read_granite},
     {"qwen2", read_qwen2},
     {"qwen3", read_qwen3},
+    {"qwen3moe", read_qwen3moe},
+    {"olmoe", read_olmoe},
     {"gemma3", read_gemma3},
     {"phi3", read_phi3},
 }};
@@ -203,13 +233,22 @@ std::string ArchSpec::describe() const {
   if (fused_qkv) s += ", fused qkv";
   if (fused_gate_up) s += ", fused gate/up";
   if (qkv_bias) s += ", qkv bias";
-  if (qk_norm) s += ", QK-norm";
+  if (qk_norm) s += qk_norm_rows ? ", QK-norm over whole rows" : ", QK-norm";
   s += fmt::format(", score scale {:.4g}", attention_scale);
   if (const int n = windowed_layers()) s += fmt::format(", sliding window {} on {} of {} layers", max_window(), n, layers.size());
   if (embedding_scale != 1.0f) s += fmt::format(", embeddings x{:.4g}", embedding_scale);
   if (residual_scale != 1.0f) s += fmt::format(", residuals x{:.4g}", residual_scale);
   if (logit_scale != 1.0f) s += fmt::format(", logits x{:.4g}", logit_scale);
   if (logit_softcap > 0.0f) s += fmt::format(", logit soft-cap {:g}", logit_softcap);
+  if (moe.active()) {
+    const MoeRouting& r = moe.routing;
+    s += fmt::format(", {} experts of width {} ({} used, {}{})", r.n_expert, moe.n_ff, r.n_used,
+                     r.softmax_over_top_k ? "softmax over the top-k" : "softmax, top-k",
+                     r.normalize ? " renormalised" : "");
+    if (r.scale != 1.0f) s += fmt::format(", expert weights x{:g}", r.scale);
+    if (moe.n_ff_shared > 0) s += fmt::format(", a shared expert of width {}", moe.n_ff_shared);
+    if (moe.leading_dense > 0) s += fmt::format(", the first {} layers dense", moe.leading_dense);
+  }
   return s;
 }
 

@@ -19,4 +19,9 @@ bool is_supported_architecture(std::string_view arch);
 // hyper-parameters, already read). Error for an architecture outside the list.
 Result<ArchSpec> read_arch_spec(const GgufFile& f, const ModelConfig& c);
 
+// A mixture of experts' shape and routing from the arch.expert_* keys into s.moe, every layer
+// from leading_dense_block_count on routed; `normalize`: the family renormalises the kept
+// weights (arch_readers_moe.cpp).
+Status read_experts(const GgufFile& f, const ModelConfig& c, bool normalize, ArchSpec& s);
+
 }  // namespace tandem

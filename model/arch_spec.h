@@ -26,6 +26,19 @@ struct RopeSet {
 struct LayerSpec {
   int rope_set = 0;     // index into ArchSpec::rope_sets
   int64_t window = 0;   // > 0: sliding-window attention over the last `window` positions
+  bool moe = false;     // the feed-forward is the routed experts (else the dense FFN)
+};
+
+// A mixture of experts: each token's feed-forward is a few of n_expert small FFNs, chosen and
+// weighed by a router (backend.h's MoeRouting), plus, in some families, a shared expert every
+// token runs. Read from the GGUF's expert_* keys by the family's reader (arch_readers.cpp).
+struct MoeSpec {
+  MoeRouting routing;       // n_expert == 0: a dense model
+  int n_ff = 0;             // each expert's FFN width (expert_feed_forward_length)
+  int leading_dense = 0;    // the first layers keep a dense FFN (leading_dense_block_count)
+  int n_ff_shared = 0;      // > 0: a shared expert of this width beside the routed ones
+  bool shared_gate = false; // the shared expert's output is scaled by sigmoid(ffn_gate_inp_shexp . x)
+  bool active() const { return routing.n_expert > 0; }
 };
 
 struct ArchSpec {
@@ -38,11 +51,13 @@ struct ArchSpec {
   bool fused_gate_up = false;  // ffn_up holds the gate's rows, then up's (Phi-3), split at load
   bool qkv_bias = false;       // attn_{q,k,v}.bias added after the products (Qwen2)
   bool qk_norm = false;        // attn_{q,k}_norm: RMSNorm over each head of q and k before RoPE
+  bool qk_norm_rows = false;   // with qk_norm: over the whole q and k rows instead (OLMoE)
   float attention_scale = 0;   // scores = q . k * attention_scale
   float embedding_scale = 1;   // the token embedding is multiplied by this
   float residual_scale = 1;    // each branch's output is multiplied by this before the add
   float logit_scale = 1;       // logits are multiplied by this (Granite: 1 / its logit_scale)
   float logit_softcap = 0;     // > 0: logits = softcap * tanh(logits / softcap)
+  MoeSpec moe;
   std::vector<RopeSet> rope_sets;
   std::vector<LayerSpec> layers;
 

@@ -77,6 +77,10 @@ void Model::ensure_scratch(int64_t n, int64_t n_logit_rows) {
     proj_ = be.new_tensor(n, c.n_embd);
     gate_ = be.new_tensor(n, tp_.n_ff);
     up_ = be.new_tensor(n, tp_.n_ff);
+    if (c.spec.moe.active()) {
+      router_ = be.new_tensor(n, c.spec.moe.routing.n_expert);
+      routes_ = be.new_tensor(n, 2 * c.spec.moe.routing.n_used);
+    }
     if (tp_.split()) {
       att_all_ = be.new_tensor(n, c.q_dim());
       gate_all_ = be.new_tensor(n, c.n_ff);
@@ -104,6 +108,8 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
   const Tensor x = x_.rows_view(0, n), xb = xb_.rows_view(0, n), q = q_.rows_view(0, n), k = k_.rows_view(0, n),
                v = v_.rows_view(0, n), att = att_.rows_view(0, n), proj = proj_.rows_view(0, n),
                gate = gate_.rows_view(0, n), up = up_.rows_view(0, n);
+  const Tensor router = a.moe.active() ? router_.rows_view(0, n) : Tensor{},
+               routes = a.moe.active() ? routes_.rows_view(0, n) : Tensor{};
   std::vector<Tensor> angles;  // per RoPE set
   for (const Tensor& t : rope_cs_) angles.push_back(t.rows_view(0, n));
   const std::span<const int64_t> logit_rows = b.logit_rows();
@@ -139,8 +145,8 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       // Attention sub-block: x += Wo * attention(rope(Wq xb), cache(rope(Wk xb), Wv xb)).
       matmul({{&L.wq, &q, bias(L.bq)}, {&L.wk, &k, bias(L.bk)}, {&L.wv, &v, bias(L.bv)}}, xb);
       if (a.qk_norm) {
-        be.rmsnorm(q, L.q_norm, q, eps, c.head_dim);
-        be.rmsnorm(k, L.k_norm, k, eps, c.head_dim);
+        be.rmsnorm(q, L.q_norm, q, eps, a.qk_norm_rows ? 0 : c.head_dim);
+        be.rmsnorm(k, L.k_norm, k, eps, a.qk_norm_rows ? 0 : c.head_dim);
       }
       if (a.use_rope) be.rope(q, k, angles[ls.rope_set], heads, c.rope_dim, a.rope_style);
       // K,V in the blocks of the layer's group (kv/layer_groups.h), at its place in them.
@@ -150,10 +156,16 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       row_parallel(L.wo, att, att_all, tp_.q_cols);
       if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);
       be.add_residual(x, proj, &L.ffn_norm, &xb, eps, a.residual_scale);
-      // Feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb).
-      matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
-      be.gated_activation(gate, up, a.activation);
-      row_parallel(L.w_down, gate, gate_all, tp_.ff_cols);
+      if (ls.moe) {  // routed: x += the sum over each token's experts of weight * expert(xb)
+        matmul({{&L.router, &router}}, xb);
+        be.moe_route(router, a.moe.routing, routes);
+        be.moe_ffn(xb, routes, a.moe.routing.n_used, ExpertWeights{L.gate_exps, L.up_exps, L.down_exps}, a.activation,
+                   proj);
+      } else {  // feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb)
+        matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
+        be.gated_activation(gate, up, a.activation);
+        row_parallel(L.w_down, gate, gate_all, tp_.ff_cols);
+      }
       if (sandwich) be.rmsnorm(proj, L.post_ffn_norm, proj, eps);
       // The residual add, fused with the next layer's attention norm.
       const Tensor* next_norm = li + 1 < c.n_layer ? &weights_.layers[li + 1].attn_norm : nullptr;

@@ -122,6 +122,8 @@ class Model {
   Tensor proj_;     // [n, n_embd] output of attn_output / ffn_down
   Tensor gate_;     // [n, n_ff] (this rank's rows of gate and up)
   Tensor up_;       // [n, n_ff]
+  Tensor router_;   // [n, n_expert] a routed layer's router logits
+  Tensor routes_;   // [n, 2 * n_used] each token's experts and their weights (Backend::moe_route)
   // Tensor parallel only: every rank's att_ and gate_ columns gathered, and this rank's rows of
   // the attn_output / ffn_down output before they are gathered into proj_.
   Tensor att_all_;    // [n, q_dim] of the whole model

@@ -96,18 +96,129 @@ Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Bac
   return b.prepare_vector(src);
 }
 
+// Each expert's rows of a 3-D ffn_*_exps tensor (GGUF dims [cols, rows, n_expert]): expert e
+// is rows [e * rows, (e + 1) * rows) of it read as one matrix, contiguous in the file.
+Status expert_matrices(const GgufFile& f, const std::string& name, int n_expert, int64_t rows, int64_t cols, Backend& b,
+                       Ranges& release, std::vector<Weight>& out) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t) return make_error("missing tensor {}", name);
+  if (t->dims.size() != 3 || (int64_t)t->dims[0] != cols || (int64_t)t->dims[1] != rows ||
+      (int64_t)t->dims[2] != n_expert)
+    return make_error("tensor {} has shape {}, expected [{}, {}, {}]", name, dims_str(t->dims), cols, rows, n_expert);
+  out.clear();
+  for (int e = 0; e < n_expert; e++) {
+    auto w = prepare_rows(f, *t, name, (int64_t)e * rows, rows, cols, b, release, true);
+    if (!w.ok()) return w.error();
+    out.push_back(std::move(w.value()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace {
+
+uint64_t bytes_of(const std::vector<Weight>& ws) {
+  uint64_t b = 0;
+  for (const Weight& w : ws) b += w.bytes;
+  return b;
+}
+
+// Bytes of a layer's weights, counting its experts' bytes times `expert_share`.
+uint64_t layer_bytes(const LayerWeights& l, double expert_share) {
+  uint64_t b = l.wq.bytes + l.wk.bytes + l.wv.bytes + l.wo.bytes + l.w_gate.bytes + l.w_up.bytes + l.w_down.bytes +
+               l.router.bytes;
+  for (const Tensor* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
+                          &l.post_ffn_norm})
+    b += (uint64_t)v->cols * 4;
+  const uint64_t experts = bytes_of(l.gate_exps) + bytes_of(l.up_exps) + bytes_of(l.down_exps);
+  return b + (uint64_t)((double)experts * expert_share);
+}
+
 }  // namespace
 
 uint64_t ModelWeights::bytes_per_token() const {
   uint64_t b = output.bytes + (uint64_t)output_norm.cols * 4;
-  for (const auto& l : layers) {
-    b += l.wq.bytes + l.wk.bytes + l.wv.bytes + l.wo.bytes + l.w_gate.bytes + l.w_up.bytes + l.w_down.bytes;
-    for (const Tensor* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
-                            &l.post_ffn_norm})
-      b += (uint64_t)v->cols * 4;
-  }
+  for (const auto& l : layers)
+    b += layer_bytes(l, l.gate_exps.empty() ? 0.0 : (double)experts_used / (double)l.gate_exps.size());
   return b;
 }
+
+uint64_t ModelWeights::total_bytes() const {
+  uint64_t b = output.bytes + (uint64_t)output_norm.cols * 4;
+  for (const auto& l : layers) b += layer_bytes(l, 1.0);
+  return b;
+}
+
+#define TANDEM_ASSIGN(dst, expr)          \
+  do {                                    \
+    auto r_ = (expr);                     \
+    if (!r_.ok()) return r_.error();      \
+    dst = std::move(r_.value());          \
+  } while (0)
+
+namespace {
+
+// Layer i's attention weights (this rank's rows of them).
+Status read_attention(const GgufFile& f, const ModelConfig& c, const TensorParallelPlan& tp, Backend& k, Ranges& release,
+                      const std::string& p, LayerWeights& l) {
+  const ArchSpec& a = c.spec;
+  const int64_t hd = c.head_dim;
+  const int64_t q0 = tp.q_head0 * hd, nq = tp.n_q_head * hd, kv0 = tp.kv_head0 * hd, nkv = tp.n_kv_head * hd;
+  const Part q_rows{q0, nq}, kv_rows{kv0, nkv}, embd_rows{tp.embd0, tp.n_embd};
+  TANDEM_ASSIGN(l.attn_norm, vector(f, p + "attn_norm.weight", c.n_embd, k));
+  if (a.fused_qkv) {
+    TANDEM_TRY(split_matrix(f, p + "attn_qkv.weight", c.n_embd,
+                            {{&l.wq, c.q_dim(), q0, nq}, {&l.wk, c.kv_dim(), kv0, nkv}, {&l.wv, c.kv_dim(), kv0, nkv}},
+                            k, release));
+  } else {
+    TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k, release, true, q_rows));
+    TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k, release, true, kv_rows));
+    TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k, release, true, kv_rows));
+  }
+  if (a.qkv_bias) {
+    TANDEM_ASSIGN(l.bq, vector(f, p + "attn_q.bias", c.q_dim(), k, q0, nq));
+    TANDEM_ASSIGN(l.bk, vector(f, p + "attn_k.bias", c.kv_dim(), k, kv0, nkv));
+    TANDEM_ASSIGN(l.bv, vector(f, p + "attn_v.bias", c.kv_dim(), k, kv0, nkv));
+  }
+  if (a.qk_norm) {  // over each head, or (OLMoE) over the whole q and k rows
+    TANDEM_ASSIGN(l.q_norm, vector(f, p + "attn_q_norm.weight", a.qk_norm_rows ? c.q_dim() : c.head_dim, k));
+    TANDEM_ASSIGN(l.k_norm, vector(f, p + "attn_k_norm.weight", a.qk_norm_rows ? c.kv_dim() : c.head_dim, k));
+  }
+  TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release, true, embd_rows));
+  if (a.norms == NormPlacement::Sandwich)
+    TANDEM_ASSIGN(l.post_attn_norm, vector(f, p + "post_attention_norm.weight", c.n_embd, k));
+  return Status::Ok();
+}
+
+// Layer i's feed-forward: the dense FFN (this rank's rows), or the router and the experts.
+Status read_ffn(const GgufFile& f, const ModelConfig& c, const TensorParallelPlan& tp, Backend& k, Ranges& release,
+                const std::string& p, bool routed, LayerWeights& l) {
+  const ArchSpec& a = c.spec;
+  TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
+  if (routed) {
+    const int n_expert = a.moe.routing.n_expert;
+    const int64_t ff = a.moe.n_ff;
+    TANDEM_ASSIGN(l.router, matrix(f, p + "ffn_gate_inp.weight", n_expert, c.n_embd, k, release));
+    TANDEM_TRY(expert_matrices(f, p + "ffn_gate_exps.weight", n_expert, ff, c.n_embd, k, release, l.gate_exps));
+    TANDEM_TRY(expert_matrices(f, p + "ffn_up_exps.weight", n_expert, ff, c.n_embd, k, release, l.up_exps));
+    TANDEM_TRY(expert_matrices(f, p + "ffn_down_exps.weight", n_expert, c.n_embd, ff, k, release, l.down_exps));
+  } else if (a.fused_gate_up) {
+    TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd,
+                            {{&l.w_gate, c.n_ff, tp.ff0, tp.n_ff}, {&l.w_up, c.n_ff, tp.ff0, tp.n_ff}}, k, release));
+  } else {
+    const Part ff_rows{tp.ff0, tp.n_ff};
+    TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
+    TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
+  }
+  if (!routed)
+    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release, true, Part{tp.embd0, tp.n_embd}));
+  if (a.norms == NormPlacement::Sandwich)
+    TANDEM_ASSIGN(l.post_ffn_norm, vector(f, p + "post_ffw_norm.weight", c.n_embd, k));
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c, Backend& k,
                                              const std::function<void(int, int)>& progress,
@@ -115,16 +226,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfi
   ModelWeights w;
   Ranges release;
   const TensorParallelPlan tp = tp_plan ? *tp_plan : TensorParallelPlan::whole(c);
-  const int64_t hd = c.head_dim;
-  const int64_t q0 = tp.q_head0 * hd, nq = tp.n_q_head * hd, kv0 = tp.kv_head0 * hd, nkv = tp.n_kv_head * hd;
-  const Part vocab_rows{tp.vocab0, tp.n_vocab}, q_rows{q0, nq}, kv_rows{kv0, nkv}, ff_rows{tp.ff0, tp.n_ff},
-      embd_rows{tp.embd0, tp.n_embd};
-#define TANDEM_ASSIGN(dst, expr)          \
-  do {                                    \
-    auto r_ = (expr);                     \
-    if (!r_.ok()) return r_.error();      \
-    dst = std::move(r_.value());          \
-  } while (0)
+  const Part vocab_rows{tp.vocab0, tp.n_vocab};
   TANDEM_ASSIGN(w.token_embd,
                 matrix(f, "token_embd.weight", c.n_vocab, c.n_embd, k, release, c.tied_output, vocab_rows));
   TANDEM_ASSIGN(w.output_norm, vector(f, "output_norm.weight", c.n_embd, k));
@@ -142,49 +244,19 @@ Result<ModelWeights> ModelWeights::from_gguf(const GgufFile& f, const ModelConfi
     if (!std::isfinite(w.rope_freqs[i]) || !(w.rope_freqs[i] > 0.0f))
       return make_error("tensor rope_freqs.weight: factor {} is {}, must be finite and > 0", i, w.rope_freqs[i]);
 
-  const ArchSpec& a = c.spec;
+  if (c.spec.moe.active() && !k.runs_moe())
+    return make_error("the {} backend does not run mixture-of-experts layers yet (the CPU does)", k.describe());
+  w.experts_used = c.spec.moe.routing.n_used;
   w.layers.resize(c.n_layer);
   for (int i = 0; i < c.n_layer; i++) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[i];
-    TANDEM_ASSIGN(l.attn_norm, vector(f, p + "attn_norm.weight", c.n_embd, k));
-    if (a.fused_qkv) {
-      TANDEM_TRY(split_matrix(f, p + "attn_qkv.weight", c.n_embd,
-                              {{&l.wq, c.q_dim(), q0, nq}, {&l.wk, c.kv_dim(), kv0, nkv}, {&l.wv, c.kv_dim(), kv0, nkv}},
-                              k, release));
-    } else {
-      TANDEM_ASSIGN(l.wq, matrix(f, p + "attn_q.weight", c.q_dim(), c.n_embd, k, release, true, q_rows));
-      TANDEM_ASSIGN(l.wk, matrix(f, p + "attn_k.weight", c.kv_dim(), c.n_embd, k, release, true, kv_rows));
-      TANDEM_ASSIGN(l.wv, matrix(f, p + "attn_v.weight", c.kv_dim(), c.n_embd, k, release, true, kv_rows));
-    }
-    if (a.qkv_bias) {
-      TANDEM_ASSIGN(l.bq, vector(f, p + "attn_q.bias", c.q_dim(), k, q0, nq));
-      TANDEM_ASSIGN(l.bk, vector(f, p + "attn_k.bias", c.kv_dim(), k, kv0, nkv));
-      TANDEM_ASSIGN(l.bv, vector(f, p + "attn_v.bias", c.kv_dim(), k, kv0, nkv));
-    }
-    if (a.qk_norm) {
-      TANDEM_ASSIGN(l.q_norm, vector(f, p + "attn_q_norm.weight", c.head_dim, k));
-      TANDEM_ASSIGN(l.k_norm, vector(f, p + "attn_k_norm.weight", c.head_dim, k));
-    }
-    TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release, true, embd_rows));
-    TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
-    if (a.fused_gate_up) {
-      TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd,
-                              {{&l.w_gate, c.n_ff, tp.ff0, tp.n_ff}, {&l.w_up, c.n_ff, tp.ff0, tp.n_ff}}, k, release));
-    } else {
-      TANDEM_ASSIGN(l.w_gate, matrix(f, p + "ffn_gate.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
-      TANDEM_ASSIGN(l.w_up, matrix(f, p + "ffn_up.weight", c.n_ff, c.n_embd, k, release, true, ff_rows));
-    }
-    TANDEM_ASSIGN(l.w_down, matrix(f, p + "ffn_down.weight", c.n_embd, c.n_ff, k, release, true, embd_rows));
-    if (a.norms == NormPlacement::Sandwich) {
-      TANDEM_ASSIGN(l.post_attn_norm, vector(f, p + "post_attention_norm.weight", c.n_embd, k));
-      TANDEM_ASSIGN(l.post_ffn_norm, vector(f, p + "post_ffw_norm.weight", c.n_embd, k));
-    }
+    TANDEM_TRY(read_attention(f, c, tp, k, release, p, w.layers[i]));
+    TANDEM_TRY(read_ffn(f, c, tp, k, release, p, c.spec.layers[(size_t)i].moe, w.layers[i]));
     if (progress) progress(i + 1, c.n_layer);
   }
-#undef TANDEM_ASSIGN
   for (const auto& [p, n] : release) f.release_pages(p, n);
   return w;
 }
+#undef TANDEM_ASSIGN
 
 }  // namespace tandem

@@ -30,6 +30,11 @@ struct LayerWeights {
   Weight w_up;            // [n_ff, n_embd]
   Weight w_down;          // [n_embd, n_ff]
   Tensor post_ffn_norm;   // [1, n_embd]: sandwich norms
+  // A routed layer (LayerSpec::moe) has these instead of w_gate, w_up, w_down: the router
+  // [n_expert, n_embd] (ffn_gate_inp) and each expert's matrices, rows of the file's 3-D
+  // ffn_{gate,up,down}_exps tensors ([n_ff_exp, n_embd], [n_ff_exp, n_embd], [n_embd, n_ff_exp]).
+  Weight router;
+  std::vector<Weight> gate_exps, up_exps, down_exps;
 };
 
 struct ModelWeights {
@@ -38,9 +43,13 @@ struct ModelWeights {
   Weight output;                  // [n_vocab, n_embd]; token_embd when tied
   std::vector<float> rope_freqs;  // [rope_dim / 2] frequency divisors (host), empty when absent
   std::vector<LayerWeights> layers;
+  int experts_used = 0;  // experts a token routes to in a routed layer (0: dense)
 
-  // Bytes of weights a decode step reads (every matrix once, plus the norms).
+  // Bytes of weights a decode step reads (every matrix once, plus the norms; of a routed
+  // layer's experts, the n_used it routes a token to, on average).
   uint64_t bytes_per_token() const;
+  // Bytes of every weight (the same as bytes_per_token() for a dense model).
+  uint64_t total_bytes() const;
 
   // progress(done, total) after each layer, when set. tp: only this rank's rows of each
   // weight (model/tensor_parallel.h); the other ranks' rows are never read. Null: the whole

@@ -61,6 +61,9 @@ Result<TensorParallelPlan> TensorParallelPlan::make(const ModelConfig& c, int ra
     return make_error("tensor parallel: {} ({}) cannot be split {} ways: {}", c.name.empty() ? c.arch : c.name, c.arch,
                       size, why);
   };
+  if (c.spec.moe.active())  // each expert's FFN width could be split like a dense FFN's: not yet
+    return cannot(fmt::format("its layers are mixtures of {} experts of width {}, which tensor parallelism does not split yet",
+                              c.spec.moe.routing.n_expert, c.spec.moe.n_ff));
   TensorParallelPlan p;
   p.rank = rank;
   p.size = size;

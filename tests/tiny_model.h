@@ -35,6 +35,9 @@ struct TinyShape {
   // The tokenizer's tokens (all normal ones); empty: the byte-ish vocabulary below. A model
   // with another model's tokens (and n_vocab their count) can draft for it.
   std::vector<std::string> tokens;
+  // > 0: a mixture of experts (the family's reader must take one, e.g. qwen3moe): every
+  // layer's FFN is n_expert experts of width n_ff_expert, n_expert_used per token.
+  int n_expert = 0, n_expert_used = 2, n_ff_expert = 32;
 };
 
 inline std::vector<uint8_t> random_weights(DType type, int64_t rows, int64_t cols, std::mt19937& rng, float scale) {
@@ -119,6 +122,11 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
     b.kv_f32(a + "logit_scale", 3.0f);
   }
   if (fam == "gemma3" && s.window > 0) b.kv_u32(a + "attention.sliding_window", (uint32_t)s.window);
+  if (s.n_expert > 0) {
+    b.kv_u32(a + "expert_count", (uint32_t)s.n_expert);
+    b.kv_u32(a + "expert_used_count", (uint32_t)s.n_expert_used);
+    b.kv_u32(a + "expert_feed_forward_length", (uint32_t)s.n_ff_expert);
+  }
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   for (const std::string& t : s.tokens) tokens.push_back(t), types.push_back(1);
@@ -154,19 +162,25 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
       b.tensor(p + "attn_k.bias", DType::F32, {KV}, f32_vector(KV, rng, 0.0f, 0.5f));
       b.tensor(p + "attn_v.bias", DType::F32, {KV}, f32_vector(KV, rng, 0.0f, 0.5f));
     }
-    if (fam == "qwen3" || fam == "gemma3") {
+    if (fam == "qwen3" || fam == "qwen3moe" || fam == "gemma3") {
       norm(p + "attn_q_norm.weight", (uint64_t)hd);
       norm(p + "attn_k_norm.weight", (uint64_t)hd);
     }
     b.tensor(p + "attn_output.weight", t, {Q, E}, random_weights(t, E, Q, rng, 0.1f * s.branch_scale));
     norm(p + "ffn_norm.weight", E);
-    if (fam == "phi3") {
+    if (s.n_expert > 0) {  // the router (f32, as converters keep it) and the experts, stacked
+      const uint64_t X = (uint64_t)s.n_expert, FE = (uint64_t)s.n_ff_expert;
+      b.tensor(p + "ffn_gate_inp.weight", DType::F32, {E, X}, random_weights(DType::F32, X, E, rng, 1.0f));
+      b.tensor(p + "ffn_gate_exps.weight", t, {E, FE, X}, random_weights(t, X * FE, E, rng, 0.2f));
+      b.tensor(p + "ffn_up_exps.weight", t, {E, FE, X}, random_weights(t, X * FE, E, rng, 0.2f));
+      b.tensor(p + "ffn_down_exps.weight", t, {FE, E, X}, random_weights(t, X * E, FE, rng, 0.2f * s.branch_scale));
+    } else if (fam == "phi3") {
       b.tensor(p + "ffn_up.weight", t, {E, 2 * F}, random_weights(t, 2 * F, E, rng, 0.2f));
     } else {
       b.tensor(p + "ffn_gate.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
       b.tensor(p + "ffn_up.weight", t, {E, F}, random_weights(t, F, E, rng, 0.2f));
     }
-    b.tensor(p + "ffn_down.weight", t, {F, E}, random_weights(t, E, F, rng, 0.1f * s.branch_scale));
+    if (s.n_expert == 0) b.tensor(p + "ffn_down.weight", t, {F, E}, random_weights(t, E, F, rng, 0.1f * s.branch_scale));
     if (fam == "gemma3") {
       norm(p + "post_attention_norm.weight", E);
       norm(p + "post_ffw_norm.weight", E);

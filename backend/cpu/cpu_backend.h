@@ -70,6 +70,10 @@ class CpuBackend final : public Backend {
                  const AttentionParams& p, const Tensor& out) override;
   void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
               const Tensor& scratch, const Tensor& out, const LogitsParams& p) override;
+  bool runs_moe() const override { return true; }
+  void moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes) override;
+  void moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
+               const Tensor& out) override;
   bool runs_tensor_parallel() const override { return true; }
   void embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
                    float scale) override;
@@ -96,6 +100,13 @@ class CpuBackend final : public Backend {
   std::unique_ptr<cpu::WorkTeam> team_;  // see team()
   // gather_columns' rank-major blocks and counts, kept between calls (4 gathers a layer).
   std::vector<float> gathered_;
+  // moe_ffn's rows of each expert, (row, weight), and the buffers its products run in: kept
+  // between calls, so a decode step does not allocate (cpu_moe.cpp).
+  struct MoeScratch {
+    std::vector<std::vector<std::pair<int64_t, float>>> rows;
+    std::vector<float> in, gate, up, out;
+  };
+  MoeScratch moe_;
   std::vector<size_t> gather_counts_;
 };
 

@@ -1,0 +1,118 @@
+// Mixtures of experts on the CPU: each token's router logits -> its experts and their weights,
+// then the experts' products. The step's rows are bucketed by expert, so each chosen expert's
+// weights are read once per call however many rows chose it (the products share the rows out
+// over the team as any matmul does), and the weighted results are added back into each row.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <span>
+
+#include "backend/cpu/cpu_backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/work_team.h"
+
+namespace tandem {
+
+namespace {
+
+constexpr int kMaxExperts = 512;  // as the GGUF reader allows (model/arch_readers_moe.cpp)
+
+float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
+const cpu::WeightMatrix& matrix(const Weight& w) { return *static_cast<const cpu::WeightMatrix*>(w.impl.get()); }
+
+}  // namespace
+
+namespace {
+
+// One token's experts (ids, largest weight first) and weights from its router logits.
+void route_row(const float* logits, const MoeRouting& r, float* ids, float* weights) {
+  const int E = std::min(r.n_expert, kMaxExperts), k = std::min(r.n_used, E);
+  // The gate's probabilities (or, softmax over the top-k, the raw logits) ...
+  std::array<float, kMaxExperts> p;
+  std::copy_n(logits, E, p.begin());
+  const auto probs = std::span<float>(p.data(), (size_t)E);
+  if (!r.softmax_over_top_k) {
+    if (r.gating == ExpertGating::Sigmoid) {
+      for (float& v : probs) v = 1.0f / (1.0f + std::exp(-v));
+    } else {
+      const float mx = *std::max_element(probs.begin(), probs.end());
+      double sum = 0;
+      for (float& v : probs) sum += (v = std::exp(v - mx));
+      for (float& v : probs) v = (float)(v / sum);
+    }
+  }
+  // ... the k largest, ties to the lower id ...
+  std::array<int, kMaxExperts> order;
+  std::iota(order.begin(), order.begin() + E, 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.begin() + E,
+                    [&](int a, int b) { return p[(size_t)a] > p[(size_t)b] || (p[(size_t)a] == p[(size_t)b] && a < b); });
+  double sum = 0;
+  for (int j = 0; j < k; j++) {
+    ids[j] = (float)order[(size_t)j];
+    weights[j] = p[(size_t)order[(size_t)j]];
+  }
+  // ... and their weights: a softmax over the k, or the probabilities renormalised, then scaled.
+  if (r.softmax_over_top_k) {
+    const float mx = weights[0];
+    for (int j = 0; j < k; j++) sum += (weights[j] = std::exp(weights[j] - mx));
+  } else {
+    for (int j = 0; j < k; j++) sum += weights[j];
+  }
+  const bool divide = r.softmax_over_top_k || (r.normalize && sum > 0);
+  for (int j = 0; j < k; j++) weights[j] = (float)((divide ? weights[j] / sum : weights[j]) * r.scale);
+}
+
+}  // namespace
+
+void CpuBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes) {
+  for (int64_t t = 0; t < router_logits.rows; t++) {
+    float* row = f32(routes) + t * routes.cols;
+    route_row(f32(router_logits) + t * router_logits.cols, r, row, row + r.n_used);
+  }
+}
+
+void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
+                         const Tensor& out) {
+  MoeScratch& s = moe_;
+  const int64_t n = x.rows, D = x.cols;
+  const size_t E = e.gate.size();
+  s.rows.resize(E);
+  for (auto& r : s.rows) r.clear();
+  for (int64_t t = 0; t < n; t++) {
+    const float* row = f32(routes) + t * routes.cols;
+    for (int j = 0; j < n_used; j++) s.rows[(size_t)row[j]].push_back({t, row[n_used + j]});
+  }
+  std::fill(f32(out), f32(out) + n * out.cols, 0.0f);
+  const cpu::SiluMulFn activate = act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
+  for (size_t ex = 0; ex < E; ex++) {
+    const auto& rows = s.rows[ex];
+    if (rows.empty()) continue;
+    const int64_t m = (int64_t)rows.size(), F = e.gate[ex].rows;
+    // The expert's input rows, side by side (a single row is read in place).
+    const float* in = f32(x) + rows[0].first * D;
+    if (m > 1) {
+      s.in.resize((size_t)(m * D));
+      for (int64_t i = 0; i < m; i++) std::copy_n(f32(x) + rows[(size_t)i].first * D, D, s.in.data() + i * D);
+      in = s.in.data();
+    }
+    s.gate.resize((size_t)(m * F));
+    s.up.resize((size_t)(m * F));
+    s.out.resize((size_t)(m * D));
+    const cpu::Projection gate_up[2] = {{&matrix(e.gate[ex]), s.gate.data()}, {&matrix(e.up[ex]), s.up.data()}};
+    cpu::matmul_group(gate_up, in, m, kernels_);
+    cpu::parallel_for(m, cpu::Split{1, 4}, [&](int64_t b, int64_t end, int) {
+      for (int64_t i = b; i < end; i++) activate(s.gate.data() + i * F, s.up.data() + i * F, F);
+    });
+    const cpu::Projection down[1] = {{&matrix(e.down[ex]), s.out.data()}};
+    cpu::matmul_group(down, s.gate.data(), m, kernels_);
+    for (int64_t i = 0; i < m; i++) {
+      const auto [t, w] = rows[(size_t)i];
+      float* dst = f32(out) + t * out.cols;
+      const float* y = s.out.data() + i * D;
+      for (int64_t c = 0; c < D; c++) dst[c] += w * y[c];
+    }
+  }
+}
+
+}  // namespace tandem
