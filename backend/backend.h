@@ -103,9 +103,15 @@ struct MoeRouting {
   float scale = 1.0f;
 };
 
-// One layer's routed experts: expert e's gate and up [n_ff, cols] and down [cols, n_ff].
+// One layer's routed experts: expert e's gate and up [n_ff, cols] and down [cols, n_ff]; and,
+// where the family has one, a shared expert every row runs (gate, up, down as a dense FFN's),
+// its output scaled by sigmoid(shared_router . x) ([1, cols]).
 struct ExpertWeights {
   std::span<const Weight> gate, up, down;
+  const Weight* shared_gate = nullptr;
+  const Weight* shared_up = nullptr;
+  const Weight* shared_down = nullptr;
+  const Weight* shared_router = nullptr;
 };
 
 // What one layer's attention computes besides the shapes.
@@ -218,7 +224,8 @@ class Backend {
   // experts' ids (as floats, largest weight first, ties to the lower id), then their weights.
   virtual void moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes);
   // out [n, x.cols] = for each row, the sum over its routes of weight * down_e(act(gate_e x)
-  // * up_e x). Each chosen expert's weights are read once per call, however many rows chose it.
+  // * up_e x), plus the shared expert's output when e has one. Each chosen expert's weights
+  // are read once per call, however many rows chose it.
   virtual void moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
                        const Tensor& out);
 

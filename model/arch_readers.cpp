@@ -41,7 +41,7 @@ Result<ArchSpec> read_llama(const GgufFile& f, const ModelConfig& c) {
   ArchSpec s = base_spec(f, c, "llama");
   auto experts = f.get_uint(c.arch + ".expert_count");
   if (!experts.ok()) return experts.error();
-  if (experts->value_or(0) > 0) TANDEM_TRY(read_experts(f, c, /*normalize=*/true, s));
+  if (experts->value_or(0) > 0) TANDEM_TRY(read_experts(f, c, {.normalize = true, .read_width = false}, s));
   return s;
 }
 
@@ -93,7 +93,7 @@ Result<ArchSpec> read_qwen3moe(const GgufFile& f, const ModelConfig& c) {
   auto s = read_qwen3(f, c);
   if (!s.ok()) return s;
   s->family = "qwen3moe";
-  TANDEM_TRY(read_experts(f, c, /*normalize=*/true, *s));
+  TANDEM_TRY(read_experts(f, c, {.normalize = true}, *s));
   return s;
 }
 
@@ -104,7 +104,17 @@ Result<ArchSpec> read_olmoe(const GgufFile& f, const ModelConfig& c) {
   s.rope_style = RopeStyle::NeoxHalves;
   s.qk_norm = true;
   s.qk_norm_rows = true;
-  TANDEM_TRY(read_experts(f, c, /*normalize=*/false, s));
+  TANDEM_TRY(read_experts(f, c, {.read_width = false}, s));
+  return s;
+}
+
+// Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): Qwen2's attention; routed experts, softmax
+// top-k not renormalised, plus a shared expert scaled by sigmoid(ffn_gate_inp_shexp . x).
+Result<ArchSpec> read_qwen2moe(const GgufFile& f, const ModelConfig& c) {
+  auto s = read_qwen2(f, c);
+  if (!s.ok()) return s;
+  s->family = "qwen2moe";
+  TANDEM_TRY(read_experts(f, c, {.shared_expert = true}, *s));
   return s;
 }
 
@@ -187,12 +197,13 @@ struct Family {
   Result<ArchSpec> (*read)(const GgufFile&, const ModelConfig&);
 };
 
-constexpr std::array<Family, 9> kFamilies = {{
+constexpr std::array<Family, 10> kFamilies = {{
     {"llama", read_llama},
     {"mistral", read_llama},
     {"granite", read_granite},
     {"qwen2", read_qwen2},
     {"qwen3", read_qwen3},
+    {"qwen2moe", read_qwen2moe},
     {"qwen3moe", read_qwen3moe},
     {"olmoe", read_olmoe},
     {"gemma3", read_gemma3},

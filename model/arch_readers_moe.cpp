@@ -23,7 +23,7 @@ Result<int> bounded_uint(const GgufFile& f, const std::string& key, int fallback
 // llama.cpp's limit (LLAMA_MAX_EXPERTS): no released model comes near it.
 constexpr int kMaxExperts = 512;
 
-Status read_experts(const GgufFile& f, const ModelConfig& c, bool normalize, ArchSpec& s) {
+Status read_experts(const GgufFile& f, const ModelConfig& c, const ExpertDefaults& d, ArchSpec& s) {
   const std::string p = c.arch + ".";
   MoeSpec& m = s.moe;
   auto n_expert = bounded_uint(f, p + "expert_count", 0, 0, kMaxExperts);
@@ -33,8 +33,11 @@ Status read_experts(const GgufFile& f, const ModelConfig& c, bool normalize, Arc
   if (!n_used.ok()) return n_used.error();
   if (*n_used == 0 || *n_used > *n_expert)
     return make_error("metadata '{}expert_used_count' = {} must be between 1 and expert_count ({})", p, *n_used, *n_expert);
-  auto n_ff = bounded_uint(f, p + "expert_feed_forward_length", c.n_ff, 1, 1u << 20);  // Mixtral: the FFN's width
-  auto n_ff_shared = bounded_uint(f, p + "expert_shared_feed_forward_length", 0, 0, 1u << 20);
+  // Families that do not read the width (OLMoE, Mixtral) give their experts the FFN's.
+  auto n_ff = d.read_width ? bounded_uint(f, p + "expert_feed_forward_length", c.n_ff / *n_used, 1, 1u << 20)
+                           : Result<int>(c.n_ff);
+  auto n_ff_shared = d.shared_expert ? bounded_uint(f, p + "expert_shared_feed_forward_length", c.n_ff, 1, 1u << 20)
+                                     : Result<int>(0);
   auto dense = bounded_uint(f, p + "leading_dense_block_count", 0, 0, (uint64_t)c.n_layer);
   for (auto* r : {&n_ff, &n_ff_shared, &dense})
     if (!r->ok()) return r->error();
@@ -48,9 +51,10 @@ Status read_experts(const GgufFile& f, const ModelConfig& c, bool normalize, Arc
   }
   // Whether the kept weights are renormalised is the family's (llama.cpp fixes it per
   // architecture and reads no key for these families).
-  m.routing = MoeRouting{*n_expert, *n_used, ExpertGating::Softmax, false, normalize, weights_scale};
+  m.routing = MoeRouting{*n_expert, *n_used, ExpertGating::Softmax, d.softmax_over_top_k, d.normalize, weights_scale};
   m.n_ff = *n_ff;
   m.n_ff_shared = *n_ff_shared;
+  m.shared_gate = d.shared_expert;
   m.leading_dense = *dense;
   for (int i = m.leading_dense; i < c.n_layer; i++) s.layers[(size_t)i].moe = true;
   return Status::Ok();

@@ -159,8 +159,11 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       if (ls.moe) {  // routed: x += the sum over each token's experts of weight * expert(xb)
         matmul({{&L.router, &router}}, xb);
         be.moe_route(router, a.moe.routing, routes);
-        be.moe_ffn(xb, routes, a.moe.routing.n_used, ExpertWeights{L.gate_exps, L.up_exps, L.down_exps}, a.activation,
-                   proj);
+        const bool shared = a.moe.n_ff_shared > 0;
+        const ExpertWeights experts{L.gate_exps, L.up_exps, L.down_exps, shared ? &L.shexp_gate : nullptr,
+                                    shared ? &L.shexp_up : nullptr, shared ? &L.shexp_down : nullptr,
+                                    shared ? &L.shexp_router : nullptr};
+        be.moe_ffn(xb, routes, a.moe.routing.n_used, experts, a.activation, proj);
       } else {  // feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb)
         matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
         be.gated_activation(gate, up, a.activation);

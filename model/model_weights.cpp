@@ -96,6 +96,15 @@ Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Bac
   return b.prepare_vector(src);
 }
 
+// A vector [cols] (or [cols, 1]) as a one-row matrix for products: a gate's weights.
+Result<Weight> row_matrix(const GgufFile& f, const std::string& name, int64_t cols, Backend& b, Ranges& release) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t) return make_error("missing tensor {}", name);
+  if (t->dims.empty() || t->dims.size() > 2 || (int64_t)t->dims[0] != cols || (t->dims.size() == 2 && t->dims[1] != 1))
+    return make_error("tensor {} has shape {}, expected [{}]", name, dims_str(t->dims), cols);
+  return prepare_rows(f, *t, name, 0, 1, cols, b, release, true);
+}
+
 // Each expert's rows of a 3-D ffn_*_exps tensor (GGUF dims [cols, rows, n_expert]): expert e
 // is rows [e * rows, (e + 1) * rows) of it read as one matrix, contiguous in the file.
 Status expert_matrices(const GgufFile& f, const std::string& name, int n_expert, int64_t rows, int64_t cols, Backend& b,
@@ -127,7 +136,7 @@ uint64_t bytes_of(const std::vector<Weight>& ws) {
 // Bytes of a layer's weights, counting its experts' bytes times `expert_share`.
 uint64_t layer_bytes(const LayerWeights& l, double expert_share) {
   uint64_t b = l.wq.bytes + l.wk.bytes + l.wv.bytes + l.wo.bytes + l.w_gate.bytes + l.w_up.bytes + l.w_down.bytes +
-               l.router.bytes;
+               l.router.bytes + l.shexp_gate.bytes + l.shexp_up.bytes + l.shexp_down.bytes + l.shexp_router.bytes;
   for (const Tensor* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
                           &l.post_ffn_norm})
     b += (uint64_t)v->cols * 4;
@@ -203,6 +212,12 @@ Status read_ffn(const GgufFile& f, const ModelConfig& c, const TensorParallelPla
     TANDEM_TRY(expert_matrices(f, p + "ffn_gate_exps.weight", n_expert, ff, c.n_embd, k, release, l.gate_exps));
     TANDEM_TRY(expert_matrices(f, p + "ffn_up_exps.weight", n_expert, ff, c.n_embd, k, release, l.up_exps));
     TANDEM_TRY(expert_matrices(f, p + "ffn_down_exps.weight", n_expert, c.n_embd, ff, k, release, l.down_exps));
+    if (const int64_t sff = a.moe.n_ff_shared; sff > 0) {
+      TANDEM_ASSIGN(l.shexp_gate, matrix(f, p + "ffn_gate_shexp.weight", sff, c.n_embd, k, release));
+      TANDEM_ASSIGN(l.shexp_up, matrix(f, p + "ffn_up_shexp.weight", sff, c.n_embd, k, release));
+      TANDEM_ASSIGN(l.shexp_down, matrix(f, p + "ffn_down_shexp.weight", c.n_embd, sff, k, release));
+      TANDEM_ASSIGN(l.shexp_router, row_matrix(f, p + "ffn_gate_inp_shexp.weight", c.n_embd, k, release));
+    }
   } else if (a.fused_gate_up) {
     TANDEM_TRY(split_matrix(f, p + "ffn_up.weight", c.n_embd,
                             {{&l.w_gate, c.n_ff, tp.ff0, tp.n_ff}, {&l.w_up, c.n_ff, tp.ff0, tp.n_ff}}, k, release));

@@ -35,6 +35,8 @@ struct LayerWeights {
   // ffn_{gate,up,down}_exps tensors ([n_ff_exp, n_embd], [n_ff_exp, n_embd], [n_embd, n_ff_exp]).
   Weight router;
   std::vector<Weight> gate_exps, up_exps, down_exps;
+  // Qwen2-MoE's shared expert (ffn_{gate,up,down}_shexp) and its gate [1, n_embd].
+  Weight shexp_gate, shexp_up, shexp_down, shexp_router;
 };
 
 struct ModelWeights {

@@ -104,9 +104,13 @@ class CpuBackend final : public Backend {
   // between calls, so a decode step does not allocate (cpu_moe.cpp).
   struct MoeScratch {
     std::vector<std::vector<std::pair<int64_t, float>>> rows;
-    std::vector<float> in, gate, up, out;
+    std::vector<float> in, gate, up, out, scale;
   };
   MoeScratch moe_;
+  // One expert's products over m rows `in` into moe_.out [m, down.rows] (moe_.gate holds the
+  // activation); with gate_of_output, also its product into moe_.scale [m].
+  void expert_products(const float* in, int64_t m, const Weight& gate, const Weight& up, const Weight& down,
+                       GateActivation act, const Weight* gate_of_output);
   std::vector<size_t> gather_counts_;
 };
 

@@ -59,7 +59,9 @@ void route_row(const float* logits, const MoeRouting& r, float* ids, float* weig
   } else {
     for (int j = 0; j < k; j++) sum += weights[j];
   }
-  const bool divide = r.softmax_over_top_k || (r.normalize && sum > 0);
+  // (llama.cpp clamps the renormalising sum at 2^-14, so a row of underflowed weights stays finite.)
+  const bool divide = r.softmax_over_top_k || r.normalize;
+  if (!r.softmax_over_top_k) sum = std::max(sum, 6.103515625e-5);
   for (int j = 0; j < k; j++) weights[j] = (float)((divide ? weights[j] / sum : weights[j]) * r.scale);
 }
 
@@ -70,6 +72,25 @@ void CpuBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, con
     float* row = f32(routes) + t * routes.cols;
     route_row(f32(router_logits) + t * router_logits.cols, r, row, row + r.n_used);
   }
+}
+
+void CpuBackend::expert_products(const float* in, int64_t m, const Weight& gate, const Weight& up, const Weight& down,
+                                 GateActivation act, const Weight* gate_of_output) {
+  MoeScratch& s = moe_;
+  const int64_t F = gate.rows;
+  s.gate.resize((size_t)(m * F));
+  s.up.resize((size_t)(m * F));
+  s.out.resize((size_t)(m * down.rows));
+  s.scale.resize((size_t)m);
+  cpu::Projection first[3] = {{&matrix(gate), s.gate.data()}, {&matrix(up), s.up.data()}, {}};
+  if (gate_of_output) first[2] = {&matrix(*gate_of_output), s.scale.data()};
+  cpu::matmul_group(std::span<const cpu::Projection>(first, gate_of_output ? 3 : 2), in, m, kernels_);
+  const cpu::SiluMulFn activate = act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
+  cpu::parallel_for(m, cpu::Split{1, 4}, [&](int64_t b, int64_t end, int) {
+    for (int64_t i = b; i < end; i++) activate(s.gate.data() + i * F, s.up.data() + i * F, F);
+  });
+  const cpu::Projection second[1] = {{&matrix(down), s.out.data()}};
+  cpu::matmul_group(second, s.gate.data(), m, kernels_);
 }
 
 void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
@@ -84,11 +105,10 @@ void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, cons
     for (int j = 0; j < n_used; j++) s.rows[(size_t)row[j]].push_back({t, row[n_used + j]});
   }
   std::fill(f32(out), f32(out) + n * out.cols, 0.0f);
-  const cpu::SiluMulFn activate = act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
   for (size_t ex = 0; ex < E; ex++) {
     const auto& rows = s.rows[ex];
     if (rows.empty()) continue;
-    const int64_t m = (int64_t)rows.size(), F = e.gate[ex].rows;
+    const int64_t m = (int64_t)rows.size();
     // The expert's input rows, side by side (a single row is read in place).
     const float* in = f32(x) + rows[0].first * D;
     if (m > 1) {
@@ -96,22 +116,22 @@ void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, cons
       for (int64_t i = 0; i < m; i++) std::copy_n(f32(x) + rows[(size_t)i].first * D, D, s.in.data() + i * D);
       in = s.in.data();
     }
-    s.gate.resize((size_t)(m * F));
-    s.up.resize((size_t)(m * F));
-    s.out.resize((size_t)(m * D));
-    const cpu::Projection gate_up[2] = {{&matrix(e.gate[ex]), s.gate.data()}, {&matrix(e.up[ex]), s.up.data()}};
-    cpu::matmul_group(gate_up, in, m, kernels_);
-    cpu::parallel_for(m, cpu::Split{1, 4}, [&](int64_t b, int64_t end, int) {
-      for (int64_t i = b; i < end; i++) activate(s.gate.data() + i * F, s.up.data() + i * F, F);
-    });
-    const cpu::Projection down[1] = {{&matrix(e.down[ex]), s.out.data()}};
-    cpu::matmul_group(down, s.gate.data(), m, kernels_);
+    expert_products(in, m, e.gate[ex], e.up[ex], e.down[ex], act, nullptr);
     for (int64_t i = 0; i < m; i++) {
       const auto [t, w] = rows[(size_t)i];
       float* dst = f32(out) + t * out.cols;
       const float* y = s.out.data() + i * D;
       for (int64_t c = 0; c < D; c++) dst[c] += w * y[c];
     }
+  }
+  if (!e.shared_gate) return;
+  // The shared expert runs every row, its output scaled by its gate's sigmoid.
+  expert_products(f32(x), n, *e.shared_gate, *e.shared_up, *e.shared_down, act, e.shared_router);
+  for (int64_t t = 0; t < n; t++) {
+    const float g = e.shared_router ? 1.0f / (1.0f + std::exp(-s.scale[(size_t)t])) : 1.0f;
+    float* dst = f32(out) + t * out.cols;
+    const float* y = s.out.data() + t * D;
+    for (int64_t c = 0; c < D; c++) dst[c] += g * y[c];
   }
 }
 
