@@ -85,8 +85,9 @@ struct HeadShape {
 enum class RopeStyle : uint8_t { AdjacentPairs, NeoxHalves };
 
 // The gate's activation in a gated feed-forward, gate = act(gate) * up: SiLU (SwiGLU: Llama,
-// Qwen, Phi, Granite) or GELU with the tanh approximation (GeGLU: Gemma).
-enum class GateActivation : uint8_t { Silu, GeluTanh };
+// Qwen, Phi, Granite), GELU with the tanh approximation (GeGLU: Gemma), or gpt-oss's clamped
+// SwiGLU: g = min(g, 7), u = clamp(u, -7, 7), gate = g * sigmoid(1.702 g) * (u + 1).
+enum class GateActivation : uint8_t { Silu, GeluTanh, SwigluOai };
 
 // How a mixture-of-experts layer picks and weighs each token's experts from its router logits
 // (one per expert). Softmax gating: probabilities over all experts, the n_used largest kept
@@ -112,12 +113,20 @@ struct ExpertWeights {
   const Weight* shared_up = nullptr;
   const Weight* shared_down = nullptr;
   const Weight* shared_router = nullptr;
+  // Per-expert biases (null: none): [n_expert, n_ff] added after gate and up, [n_expert,
+  // cols] after down, before the route's weight (gpt-oss).
+  const Tensor* gate_bias = nullptr;
+  const Tensor* up_bias = nullptr;
+  const Tensor* down_bias = nullptr;
 };
 
 // What one layer's attention computes besides the shapes.
 struct AttentionParams {
   float scale = 0;     // scores = q . k * scale (usually 1 / sqrt(head_dim); the family decides)
   int64_t window = 0;  // > 0: sliding window, a query at position p sees keys p' with p - p' < window
+  // [1, n_head] (null: none): per head, a logit in every softmax's denominator with no value
+  // (gpt-oss's attention sinks).
+  const Tensor* sinks = nullptr;
 };
 
 // The last step from hidden state to logits, after the output head's product.

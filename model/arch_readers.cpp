@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "model/rope_frequencies.h"
+
 namespace tandem {
 
 namespace {
@@ -29,9 +31,12 @@ bool has_tensor(const GgufFile& f, const std::string& name) { return f.find_tens
 ArchSpec base_spec(const GgufFile& f, const ModelConfig& c, std::string family) {
   ArchSpec s;
   s.family = std::move(family);
-  s.rope_sets = {RopeSet{c.rope_base, c.rope_linear_scale, true}};
+  s.rope_sets = {RopeSet{c.rope_base, c.rope_linear_scale, true, c.rope_yarn_factor, c.rope_yarn_orig_ctx}};
   s.layers.assign((size_t)c.n_layer, LayerSpec{});
   s.attention_scale = 1.0f / std::sqrt((float)c.head_dim);
+  // YaRN scales every rotation by a gain (rope_frequencies.h): q . k of fully rotated heads
+  // grows by its square, which the score scale carries (readers refuse partial rotation).
+  if (c.rope_yarn_factor > 0.0) s.attention_scale *= (float)std::pow(yarn_gain(c.rope_yarn_factor, c.rope_yarn_attn_factor), 2);
   s.fused_qkv = has_tensor(f, "blk.0.attn_qkv.weight");  // unambiguous whoever writes it
   return s;
 }
@@ -192,12 +197,48 @@ Result<ArchSpec> read_gemma3(const GgufFile& f, const ModelConfig& c) {
   return s;
 }
 
+// gpt-oss (20b, 120b): q/k/v/o biases, one attention sink per head, a sliding window on the
+// even layers (sliding_window_pattern, by default 2), YaRN, the FFN's input norm named
+// post_attention_norm; experts chosen by the top-k of the raw (biased) router logits and
+// weighed by a softmax over those k, with biases and the clamped SwiGLU.
+Result<ArchSpec> read_gptoss(const GgufFile& f, const ModelConfig& c) {
+  ArchSpec s = base_spec(f, c, "gpt-oss");
+  const std::string p = c.arch + ".";
+  s.rope_style = RopeStyle::NeoxHalves;
+  s.qkv_bias = true;
+  s.attn_output_bias = true;
+  s.attn_sinks = true;
+  s.ffn_norm = "post_attention_norm";
+  s.activation = GateActivation::SwigluOai;
+  TANDEM_TRY(read_experts(f, c, {.softmax_over_top_k = true}, s));
+  s.moe.router_bias = s.moe.expert_bias = true;
+  auto window = f.get_uint(p + "attention.sliding_window");
+  if (!window.ok()) return window.error();
+  if (!window->has_value() || **window == 0 || **window > (1u << 30))
+    return make_error("metadata '{}attention.sliding_window' is missing or out of range", p);
+  auto windowed = read_windowed_layers(f, p + "attention.sliding_window_pattern", c.n_layer, 2);
+  if (!windowed.ok()) return windowed.error();
+  auto local_base = positive_float(f, p + "rope.freq_base_swa", c.rope_base);
+  if (!local_base.ok()) return local_base.error();
+  if (*local_base != c.rope_base) {  // windowed layers rotate by their own base, with the same YaRN
+    RopeSet local = s.rope_sets[0];
+    local.base = *local_base;
+    s.rope_sets.push_back(local);
+  }
+  for (int i = 0; i < c.n_layer; i++)
+    if ((*windowed)[(size_t)i]) {
+      s.layers[(size_t)i].rope_set = (int)s.rope_sets.size() - 1;
+      s.layers[(size_t)i].window = (int64_t)**window;
+    }
+  return s;
+}
+
 struct Family {
   std::string_view arch;  // general.architecture
   Result<ArchSpec> (*read)(const GgufFile&, const ModelConfig&);
 };
 
-constexpr std::array<Family, 10> kFamilies = {{
+constexpr std::array<Family, 11> kFamilies = {{
     {"llama", read_llama},
     {"mistral", read_llama},
     {"granite", read_granite},
@@ -208,6 +249,7 @@ constexpr std::array<Family, 10> kFamilies = {{
     {"olmoe", read_olmoe},
     {"gemma3", read_gemma3},
     {"phi3", read_phi3},
+    {"gpt-oss", read_gptoss},
 }};
 
 }  // namespace
@@ -233,7 +275,9 @@ Result<ArchSpec> read_arch_spec(const GgufFile& f, const ModelConfig& c) {
 std::string ArchSpec::describe() const {
   std::string s = family + ": ";
   s += norms == NormPlacement::Sandwich ? "sandwich norms" : "pre-norm";
-  s += activation == GateActivation::GeluTanh ? ", GELU-tanh gate" : ", SiLU gate";
+  s += activation == GateActivation::GeluTanh    ? ", GELU-tanh gate"
+       : activation == GateActivation::SwigluOai ? ", clamped SwiGLU gate"
+                                                 : ", SiLU gate";
   if (!use_rope)
     s += ", no RoPE";
   else
@@ -244,6 +288,9 @@ std::string ArchSpec::describe() const {
   if (fused_qkv) s += ", fused qkv";
   if (fused_gate_up) s += ", fused gate/up";
   if (qkv_bias) s += ", qkv bias";
+  if (attn_output_bias) s += ", output bias";
+  if (attn_sinks) s += ", attention sinks";
+  if (rope_sets[0].yarn_factor > 0) s += fmt::format(", YaRN x{:g} of {}", rope_sets[0].yarn_factor, rope_sets[0].yarn_orig_ctx);
   if (qk_norm) s += qk_norm_rows ? ", QK-norm over whole rows" : ", QK-norm";
   s += fmt::format(", score scale {:.4g}", attention_scale);
   if (const int n = windowed_layers()) s += fmt::format(", sliding window {} on {} of {} layers", max_window(), n, layers.size());

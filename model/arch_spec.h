@@ -21,6 +21,12 @@ struct RopeSet {
   double base = 10000.0;
   double linear_scale = 1.0;  // positions are divided by this ("linear" RoPE scaling)
   bool freq_factors = true;   // apply rope_freqs.weight when the file has one
+  // YaRN (factor 0: none): frequencies that turn fewer than beta_slow times over the original
+  // context are divided by the factor, those turning more than beta_fast times kept, a ramp
+  // between (model/rope_frequencies.h).
+  double yarn_factor = 0.0;
+  int yarn_orig_ctx = 0;
+  double yarn_beta_fast = 32.0, yarn_beta_slow = 1.0;
 };
 
 struct LayerSpec {
@@ -38,6 +44,8 @@ struct MoeSpec {
   int leading_dense = 0;    // the first layers keep a dense FFN (leading_dense_block_count)
   int n_ff_shared = 0;      // > 0: a shared expert of this width beside the routed ones
   bool shared_gate = false; // the shared expert's output is scaled by sigmoid(ffn_gate_inp_shexp . x)
+  bool router_bias = false; // ffn_gate_inp.bias added to the router logits (gpt-oss)
+  bool expert_bias = false; // ffn_{gate,up,down}_exps.bias per expert (gpt-oss)
   bool active() const { return routing.n_expert > 0; }
 };
 
@@ -52,6 +60,9 @@ struct ArchSpec {
   bool qkv_bias = false;       // attn_{q,k,v}.bias added after the products (Qwen2)
   bool qk_norm = false;        // attn_{q,k}_norm: RMSNorm over each head of q and k before RoPE
   bool qk_norm_rows = false;   // with qk_norm: over the whole q and k rows instead (OLMoE)
+  bool attn_output_bias = false;  // attn_output.bias added after the output product (gpt-oss)
+  bool attn_sinks = false;        // attn_sinks.weight: one logit per head in every softmax (gpt-oss)
+  std::string ffn_norm = "ffn_norm";  // the FFN's input norm tensor (gpt-oss: post_attention_norm)
   float attention_scale = 0;   // scores = q . k * attention_scale
   float embedding_scale = 1;   // the token embedding is multiplied by this
   float residual_scale = 1;    // each branch's output is multiplied by this before the add

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "kv/block_pool.h"
+#include "model/rope_frequencies.h"
 
 namespace tandem {
 
@@ -46,14 +47,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file, 
   }
 
   const ModelConfig& c = m->config_;
-  for (const RopeSet& set : c.spec.rope_sets) {
-    std::vector<double>& inv = m->inv_freq_.emplace_back(c.rope_dim / 2);
-    for (int i = 0; i < c.rope_dim / 2; i++) {
-      double f = std::pow(set.base, -2.0 * i / c.rope_dim) / set.linear_scale;
-      if (set.freq_factors && !m->weights_.rope_freqs.empty()) f /= m->weights_.rope_freqs[i];
-      inv[i] = f;
-    }
-  }
+  for (const RopeSet& set : c.spec.rope_sets) m->inv_freq_.push_back(rope_inv_freq(set, c.rope_dim, m->weights_.rope_freqs));
   return m;
 }
 
@@ -152,17 +146,28 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       // K,V in the blocks of the layer's group (kv/layer_groups.h), at its place in them.
       const int group = groups.group_of[(size_t)li], slot = groups.slot_of[(size_t)li];
       be.store_kv(k, v, kv, slot, b.group(group));
-      be.attention(q, kv, slot, b.group(group), heads, AttentionParams{a.attention_scale, ls.window}, att);
-      row_parallel(L.wo, att, att_all, tp_.q_cols);
+      be.attention(q, kv, slot, b.group(group), heads,
+                   AttentionParams{a.attention_scale, ls.window, a.attn_sinks ? &L.sinks : nullptr}, att);
+      if (a.attn_output_bias)  // (the families with one are not split by tensor parallelism)
+        matmul({{&L.wo, &proj, &L.bo}}, att);
+      else
+        row_parallel(L.wo, att, att_all, tp_.q_cols);
       if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);
       be.add_residual(x, proj, &L.ffn_norm, &xb, eps, a.residual_scale);
       if (ls.moe) {  // routed: x += the sum over each token's experts of weight * expert(xb)
-        matmul({{&L.router, &router}}, xb);
+        matmul({{&L.router, &router, bias(L.router_bias)}}, xb);
         be.moe_route(router, a.moe.routing, routes);
         const bool shared = a.moe.n_ff_shared > 0;
-        const ExpertWeights experts{L.gate_exps, L.up_exps, L.down_exps, shared ? &L.shexp_gate : nullptr,
-                                    shared ? &L.shexp_up : nullptr, shared ? &L.shexp_down : nullptr,
-                                    shared ? &L.shexp_router : nullptr};
+        const ExpertWeights experts{L.gate_exps,
+                                    L.up_exps,
+                                    L.down_exps,
+                                    shared ? &L.shexp_gate : nullptr,
+                                    shared ? &L.shexp_up : nullptr,
+                                    shared ? &L.shexp_down : nullptr,
+                                    shared ? &L.shexp_router : nullptr,
+                                    bias(L.gate_exps_bias),
+                                    bias(L.up_exps_bias),
+                                    bias(L.down_exps_bias)};
         be.moe_ffn(xb, routes, a.moe.routing.n_used, experts, a.activation, proj);
       } else {  // feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb)
         matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);

@@ -63,6 +63,23 @@ Status check_range(const std::string& key, double v, double low, double high, co
   return Status::Ok();
 }
 
+// YaRN's factor, the context it stretches and its attention factor.
+Status read_yarn(const GgufFile& f, const std::string& p, ModelConfig& c) {
+  if (c.rope_dim != c.head_dim)  // its gain is carried by the score scale (arch_readers.cpp)
+    return make_error("YaRN rope scaling on {} of {} dims of a head is not supported", c.rope_dim, c.head_dim);
+  auto factor = f.get_float(p + "rope.scaling.factor");
+  if (!factor.ok()) return factor.error();
+  c.rope_yarn_factor = factor->value_or(1.0);
+  TANDEM_TRY(check_range(p + "rope.scaling.factor", c.rope_yarn_factor, 0.0, 1e6, "YaRN's context factor"));
+  auto orig = optional_int(f, p + "rope.scaling.original_context_length", c.n_ctx_train);
+  if (!orig.ok()) return orig.error();
+  c.rope_yarn_orig_ctx = *orig;
+  auto attn = f.get_float(p + "rope.scaling.attn_factor");
+  if (!attn.ok()) return attn.error();
+  c.rope_yarn_attn_factor = attn->value_or(1.0);
+  return check_range(p + "rope.scaling.attn_factor", c.rope_yarn_attn_factor, 0.0, 1e3, "YaRN's attention factor");
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
@@ -118,9 +135,11 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
 
   auto scaling = f.get_string(p + "rope.scaling.type");
   if (!scaling.ok()) return scaling.error();
-  if (scaling->has_value() && **scaling != "none") {
+  if (scaling->has_value() && **scaling == "yarn") {
+    TANDEM_TRY(read_yarn(f, p, c));
+  } else if (scaling->has_value() && **scaling != "none") {
     if (**scaling != "linear")
-      return make_error("rope scaling '{}' is not supported (tandem supports none and linear)", **scaling);
+      return make_error("rope scaling '{}' is not supported (tandem supports none, linear and yarn)", **scaling);
     auto factor = f.get_float(p + "rope.scaling.factor");
     if (!factor.ok()) return factor.error();
     if (factor->has_value()) c.rope_linear_scale = **factor;

@@ -25,6 +25,11 @@ struct ModelConfig {
   int rope_dim = 0;        // dims of each head that RoPE rotates
   double rope_base = 10000.0;      // rope.freq_base (the global layers' with several RoPE sets)
   double rope_linear_scale = 1.0;  // positions are divided by this ("linear" rope scaling)
+  // YaRN rope scaling (rope.scaling.type = yarn; factor 0: none): low frequencies interpolated
+  // by the factor, high ones kept, a ramp between (model/rope_yarn.h).
+  double rope_yarn_factor = 0.0;
+  int rope_yarn_orig_ctx = 0;       // rope.scaling.original_context_length
+  double rope_yarn_attn_factor = 1.0;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // output projection shares token_embd
   ArchSpec spec;             // how the family's forward pass differs (arch_spec.h)

@@ -96,6 +96,19 @@ Result<Tensor> vector(const GgufFile& f, const std::string& name, int64_t n, Bac
   return b.prepare_vector(src);
 }
 
+// A [n, n_expert] tensor of per-expert vectors (biases) as rows: [n_expert, n].
+Result<Tensor> expert_vectors(const GgufFile& f, const std::string& name, int n_expert, int64_t n, Backend& b) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t) return make_error("missing tensor {}", name);
+  if (t->dims.size() != 2 || (int64_t)t->dims[0] != n || (int64_t)t->dims[1] != n_expert)
+    return make_error("tensor {} has shape {}, expected [{}, {}]", name, dims_str(t->dims), n, n_expert);
+  auto v = b.prepare_vector(source(*t, name, 1, n * n_expert));
+  if (!v.ok()) return v.error();
+  v->rows = n_expert;  // the same floats, one expert a row
+  v->cols = n;
+  return v;
+}
+
 // A vector [cols] (or [cols, 1]) as a one-row matrix for products: a gate's weights.
 Result<Weight> row_matrix(const GgufFile& f, const std::string& name, int64_t cols, Backend& b, Ranges& release) {
   const GgufTensor* t = f.find_tensor(name);
@@ -138,8 +151,10 @@ uint64_t layer_bytes(const LayerWeights& l, double expert_share) {
   uint64_t b = l.wq.bytes + l.wk.bytes + l.wv.bytes + l.wo.bytes + l.w_gate.bytes + l.w_up.bytes + l.w_down.bytes +
                l.router.bytes + l.shexp_gate.bytes + l.shexp_up.bytes + l.shexp_down.bytes + l.shexp_router.bytes;
   for (const Tensor* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.post_attn_norm,
-                          &l.post_ffn_norm})
+                          &l.post_ffn_norm, &l.bo, &l.sinks, &l.router_bias})
     b += (uint64_t)v->cols * 4;
+  for (const Tensor* v : {&l.gate_exps_bias, &l.up_exps_bias, &l.down_exps_bias})  // one row per expert
+    b += (uint64_t)((double)(v->rows * v->cols * 4) * expert_share);
   const uint64_t experts = bytes_of(l.gate_exps) + bytes_of(l.up_exps) + bytes_of(l.down_exps);
   return b + (uint64_t)((double)experts * expert_share);
 }
@@ -195,6 +210,8 @@ Status read_attention(const GgufFile& f, const ModelConfig& c, const TensorParal
     TANDEM_ASSIGN(l.k_norm, vector(f, p + "attn_k_norm.weight", a.qk_norm_rows ? c.kv_dim() : c.head_dim, k));
   }
   TANDEM_ASSIGN(l.wo, matrix(f, p + "attn_output.weight", c.n_embd, c.q_dim(), k, release, true, embd_rows));
+  if (a.attn_output_bias) TANDEM_ASSIGN(l.bo, vector(f, p + "attn_output.bias", c.n_embd, k));
+  if (a.attn_sinks) TANDEM_ASSIGN(l.sinks, vector(f, p + "attn_sinks.weight", c.n_head, k));
   if (a.norms == NormPlacement::Sandwich)
     TANDEM_ASSIGN(l.post_attn_norm, vector(f, p + "post_attention_norm.weight", c.n_embd, k));
   return Status::Ok();
@@ -204,11 +221,17 @@ Status read_attention(const GgufFile& f, const ModelConfig& c, const TensorParal
 Status read_ffn(const GgufFile& f, const ModelConfig& c, const TensorParallelPlan& tp, Backend& k, Ranges& release,
                 const std::string& p, bool routed, LayerWeights& l) {
   const ArchSpec& a = c.spec;
-  TANDEM_ASSIGN(l.ffn_norm, vector(f, p + "ffn_norm.weight", c.n_embd, k));
+  TANDEM_ASSIGN(l.ffn_norm, vector(f, p + a.ffn_norm + ".weight", c.n_embd, k));
   if (routed) {
     const int n_expert = a.moe.routing.n_expert;
     const int64_t ff = a.moe.n_ff;
     TANDEM_ASSIGN(l.router, matrix(f, p + "ffn_gate_inp.weight", n_expert, c.n_embd, k, release));
+    if (a.moe.router_bias) TANDEM_ASSIGN(l.router_bias, vector(f, p + "ffn_gate_inp.bias", n_expert, k));
+    if (a.moe.expert_bias) {
+      TANDEM_ASSIGN(l.gate_exps_bias, expert_vectors(f, p + "ffn_gate_exps.bias", n_expert, ff, k));
+      TANDEM_ASSIGN(l.up_exps_bias, expert_vectors(f, p + "ffn_up_exps.bias", n_expert, ff, k));
+      TANDEM_ASSIGN(l.down_exps_bias, expert_vectors(f, p + "ffn_down_exps.bias", n_expert, c.n_embd, k));
+    }
     TANDEM_TRY(expert_matrices(f, p + "ffn_gate_exps.weight", n_expert, ff, c.n_embd, k, release, l.gate_exps));
     TANDEM_TRY(expert_matrices(f, p + "ffn_up_exps.weight", n_expert, ff, c.n_embd, k, release, l.up_exps));
     TANDEM_TRY(expert_matrices(f, p + "ffn_down_exps.weight", n_expert, c.n_embd, ff, k, release, l.down_exps));

@@ -23,6 +23,8 @@ struct LayerWeights {
   Weight wv;              // [kv_dim, n_embd]
   Tensor bq, bk, bv;      // [1, q_dim], [1, kv_dim]: qkv_bias
   Tensor q_norm, k_norm;  // [1, head_dim]: qk_norm
+  Tensor bo;              // [1, n_embd]: attn_output_bias
+  Tensor sinks;           // [1, n_head]: attn_sinks
   Weight wo;              // [n_embd, q_dim]
   Tensor post_attn_norm;  // [1, n_embd]: sandwich norms
   Tensor ffn_norm;        // [1, n_embd]
@@ -34,7 +36,9 @@ struct LayerWeights {
   // [n_expert, n_embd] (ffn_gate_inp) and each expert's matrices, rows of the file's 3-D
   // ffn_{gate,up,down}_exps tensors ([n_ff_exp, n_embd], [n_ff_exp, n_embd], [n_embd, n_ff_exp]).
   Weight router;
+  Tensor router_bias;     // [1, n_expert]: moe.router_bias
   std::vector<Weight> gate_exps, up_exps, down_exps;
+  Tensor gate_exps_bias, up_exps_bias, down_exps_bias;  // [n_expert, n_ff_exp], ..., [n_expert, n_embd]: moe.expert_bias
   // Qwen2-MoE's shared expert (ffn_{gate,up,down}_shexp) and its gate [1, n_embd].
   Weight shexp_gate, shexp_up, shexp_down, shexp_router;
 };

@@ -255,8 +255,13 @@ void CpuBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, co
   });
 }
 
+cpu::SiluMulFn CpuBackend::activation_kernel(GateActivation act) const {
+  if (act == GateActivation::SwigluOai) return cpu::swiglu_oai_mul;  // gpt-oss's: scalar for now
+  return act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
+}
+
 void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) {
-  const cpu::SiluMulFn f = act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
+  const cpu::SiluMulFn f = activation_kernel(act);
   each_row(gate.rows, [&](int64_t t) { f(f32(gate) + t * gate.cols, f32(up) + t * up.cols, gate.cols); });
 }
 
@@ -283,7 +288,7 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, i
 
 void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
                            const AttentionParams& p, const Tensor& out) {
-  const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim, p.scale, p.window};
+  const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim, p.scale, p.window, p.sinks ? f32(*p.sinks) : nullptr};
   if (kv.n_blocks == 1 && b.single_run()) {
     // One block holding the whole context: the contiguous kernel, without a table lookup per
     // key (the same floats: both kernels share one body).

@@ -107,10 +107,14 @@ class CpuBackend final : public Backend {
     std::vector<float> in, gate, up, out, scale;
   };
   MoeScratch moe_;
+  cpu::SiluMulFn activation_kernel(GateActivation act) const;
   // One expert's products over m rows `in` into moe_.out [m, down.rows] (moe_.gate holds the
   // activation); with gate_of_output, also its product into moe_.scale [m].
+  struct ExpertBias {  // an expert's rows of ExpertWeights' biases (null: none)
+    const float *gate = nullptr, *up = nullptr, *down = nullptr;
+  };
   void expert_products(const float* in, int64_t m, const Weight& gate, const Weight& up, const Weight& down,
-                       GateActivation act, const Weight* gate_of_output);
+                       GateActivation act, const Weight* gate_of_output, const ExpertBias& bias);
   std::vector<size_t> gather_counts_;
 };
 

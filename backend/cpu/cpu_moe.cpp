@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/work_team.h"
 
 namespace tandem {
@@ -75,7 +76,7 @@ void CpuBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, con
 }
 
 void CpuBackend::expert_products(const float* in, int64_t m, const Weight& gate, const Weight& up, const Weight& down,
-                                 GateActivation act, const Weight* gate_of_output) {
+                                 GateActivation act, const Weight* gate_of_output, const ExpertBias& bias) {
   MoeScratch& s = moe_;
   const int64_t F = gate.rows;
   s.gate.resize((size_t)(m * F));
@@ -85,12 +86,18 @@ void CpuBackend::expert_products(const float* in, int64_t m, const Weight& gate,
   cpu::Projection first[3] = {{&matrix(gate), s.gate.data()}, {&matrix(up), s.up.data()}, {}};
   if (gate_of_output) first[2] = {&matrix(*gate_of_output), s.scale.data()};
   cpu::matmul_group(std::span<const cpu::Projection>(first, gate_of_output ? 3 : 2), in, m, kernels_);
-  const cpu::SiluMulFn activate = act == GateActivation::GeluTanh ? kernels_.gelu_tanh_mul : kernels_.silu_mul;
+  const cpu::SiluMulFn activate = activation_kernel(act);
   cpu::parallel_for(m, cpu::Split{1, 4}, [&](int64_t b, int64_t end, int) {
-    for (int64_t i = b; i < end; i++) activate(s.gate.data() + i * F, s.up.data() + i * F, F);
+    for (int64_t i = b; i < end; i++) {
+      if (bias.gate) cpu::add_inplace(s.gate.data() + i * F, bias.gate, F);
+      if (bias.up) cpu::add_inplace(s.up.data() + i * F, bias.up, F);
+      activate(s.gate.data() + i * F, s.up.data() + i * F, F);
+    }
   });
   const cpu::Projection second[1] = {{&matrix(down), s.out.data()}};
   cpu::matmul_group(second, s.gate.data(), m, kernels_);
+  if (bias.down)
+    for (int64_t i = 0; i < m; i++) cpu::add_inplace(s.out.data() + i * down.rows, bias.down, down.rows);
 }
 
 void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
@@ -116,7 +123,9 @@ void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, cons
       for (int64_t i = 0; i < m; i++) std::copy_n(f32(x) + rows[(size_t)i].first * D, D, s.in.data() + i * D);
       in = s.in.data();
     }
-    expert_products(in, m, e.gate[ex], e.up[ex], e.down[ex], act, nullptr);
+    auto row_of = [&](const Tensor* t) { return t ? f32(*t) + (int64_t)ex * t->cols : nullptr; };
+    expert_products(in, m, e.gate[ex], e.up[ex], e.down[ex], act, nullptr,
+                    ExpertBias{row_of(e.gate_bias), row_of(e.up_bias), row_of(e.down_bias)});
     for (int64_t i = 0; i < m; i++) {
       const auto [t, w] = rows[(size_t)i];
       float* dst = f32(out) + t * out.cols;
@@ -126,7 +135,7 @@ void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, cons
   }
   if (!e.shared_gate) return;
   // The shared expert runs every row, its output scaled by its gate's sigmoid.
-  expert_products(f32(x), n, *e.shared_gate, *e.shared_up, *e.shared_down, act, e.shared_router);
+  expert_products(f32(x), n, *e.shared_gate, *e.shared_up, *e.shared_down, act, e.shared_router, ExpertBias{});
   for (int64_t t = 0; t < n; t++) {
     const float g = e.shared_router ? 1.0f / (1.0f + std::exp(-s.scale[(size_t)t])) : 1.0f;
     float* dst = f32(out) + t * out.cols;

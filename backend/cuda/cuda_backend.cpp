@@ -554,6 +554,7 @@ void CudaBackend::rope(const Tensor& q, const Tensor& k, const Tensor& angles, c
 
 void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act) {
   if (failed()) return;
+  // SwigluOai belongs to gpt-oss, a mixture of experts this backend refuses at load.
   const int code = act == GateActivation::GeluTanh ? cuda::kGateGeluTanh : cuda::kGateSilu;
   if (record({7, u(gate.data), u(up.data), (uint64_t)gate.rows, (uint64_t)gate.cols, (uint64_t)code})) return;
   after_launch("gated_activation",

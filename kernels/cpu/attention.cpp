@@ -42,12 +42,13 @@ int64_t segments(int64_t n_keys) { return (n_keys + kAttentionSegmentKeys - 1) /
 
 // One head's output from its segments' outputs o[sg * o_stride] (each softmax-normalized
 // within its segment) and statistics st[sg * st_stride] = (max, sum of exps): each segment
-// weighs sum * exp(max - overall max), in segment order.
+// weighs sum * exp(max - overall max), in segment order. A sink (-inf: none) is one more
+// segment of sum 1 at max `sink` whose output is zero.
 void merge_segments(int64_t n_seg, const float* o, int64_t o_stride, const float* st, int64_t st_stride, int head_dim,
-                    float* out) {
-  float m = -INFINITY;
+                    float* out, float sink = -INFINITY) {
+  float m = sink;
   for (int64_t sg = 0; sg < n_seg; sg++) m = std::max(m, st[sg * st_stride]);
-  float total = 0;
+  float total = sink == -INFINITY ? 0.0f : std::exp(sink - m);
   for (int64_t sg = 0; sg < n_seg; sg++) total += st[sg * st_stride + 1] * std::exp(st[sg * st_stride] - m);
   for (int d = 0; d < head_dim; d++) out[d] = 0;
   for (int64_t sg = 0; sg < n_seg; sg++) {
@@ -71,6 +72,14 @@ Scratch thread_scratch(int per_item, int64_t seg_keys, size_t own, int hd) {
   return Scratch{kv.data(), kv.data() + seg_keys, f, f + per_item * seg_keys, f + per_item * seg_keys + own * hd};
 }
 
+// softmax over x[0, n) and one more logit `sink` that has no entry of its own.
+void softmax_with_sink(float* x, int64_t n, float sink) {
+  const float mx = std::max(sink, *std::max_element(x, x + n));
+  float sum = std::exp(sink - mx);
+  for (int64_t i = 0; i < n; i++) sum += (x[i] = std::exp(x[i] - mx));
+  for (int64_t i = 0; i < n; i++) x[i] /= sum;
+}
+
 // Attention without a head kernel: each (row, head) on its own, through the row dot and axpy.
 template <typename KeysOf, typename LoOf, typename Rows>
 void attend_by_head(const float* q, int64_t n_q, KeysOf keys_of, LoOf lo_of, Rows rows, DType kv_type,
@@ -88,7 +97,10 @@ void attend_by_head(const float* q, int64_t n_q, KeysOf keys_of, LoOf lo_of, Row
       const int64_t n_keys = keys_of(i), lo = lo_of(i);
       const float* qh = q + i * q_stride + (int64_t)h * s.head_dim;
       for (int64_t t = 0; t < n_keys; t++) scores[t] = dot(rows(i, lo + t, kvh).first, qh, s.head_dim) * scale;
-      softmax(scores, n_keys);
+      if (s.sinks)
+        softmax_with_sink(scores, n_keys, s.sinks[h]);
+      else
+        softmax(scores, n_keys);
       float* oh = out + i * q_stride + (int64_t)h * s.head_dim;
       std::memset(oh, 0, sizeof(float) * s.head_dim);
       for (int64_t t = 0; t < n_keys; t++) axpy(scores[t], rows(i, lo + t, kvh).second, oh, s.head_dim);
@@ -107,10 +119,10 @@ void merge_split_rows(int64_t n_q, int64_t max_seg, KeysOf keys_of, const Attent
       const int64_t i = w / s.n_head;
       const int h = (int)(w % s.n_head);
       const int64_t n_seg = segments(keys_of(i));
-      if (n_seg == 1) continue;
+      if (n_seg == 1 && !s.sinks) continue;
       const int64_t at = i * max_seg * s.n_head + h;
       merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
-                     out + i * q_stride + (int64_t)h * hd);
+                     out + i * q_stride + (int64_t)h * hd, s.sinks ? s.sinks[h] : -INFINITY);
     }
   });
 }
@@ -145,7 +157,7 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
     // Segment results of split rows: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
     float* part_o = split ? team_buffer((size_t)(n_q * max_seg * s.n_head * (hd + 2))) : nullptr;
     float* part_st = split ? part_o + n_q * max_seg * s.n_head * hd : nullptr;
-    const size_t own = split ? 0 : (size_t)(max_seg * per_item);
+    const size_t own = split ? 0 : (size_t)(max_seg * per_item);  // with sinks, single-segment rows too
     auto scratch = [&] { return thread_scratch(per_item, seg_keys, own, hd); };
     // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when the
     // row has one segment and o is its output).
@@ -165,7 +177,7 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
           const int h0 = (int)(w / max_seg % items_per_row) * per_item;
           const int64_t n_seg = segments(keys_of(i));
           if (sg >= n_seg) continue;
-          if (n_seg == 1) {
+          if (n_seg == 1 && !s.sinks) {  // with sinks every row is merged (the sink joins there)
             run(sc, i, h0, 0, out + i * q_stride + (int64_t)h0 * hd, nullptr);
           } else {
             const int64_t at = (i * max_seg + sg) * s.n_head + h0;
@@ -183,13 +195,14 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type,
         const int h0 = (int)(w % items_per_row) * per_item;
         const int64_t n_seg = segments(keys_of(i));
         float* o = out + i * q_stride + (int64_t)h0 * hd;
-        if (n_seg == 1) {
+        if (n_seg == 1 && !s.sinks) {
           run(sc, i, h0, 0, o, nullptr);
           continue;
         }
         for (int64_t sg = 0; sg < n_seg; sg++) run(sc, i, h0, sg, sc.own_o + sg * per_item * hd, sc.own_st + sg * per_item * 2);
         for (int h = 0; h < per_item; h++)
-          merge_segments(n_seg, sc.own_o + h * hd, per_item * hd, sc.own_st + h * 2, per_item * 2, hd, o + h * hd);
+          merge_segments(n_seg, sc.own_o + h * hd, per_item * hd, sc.own_st + h * 2, per_item * 2, hd, o + h * hd,
+                         s.sinks ? s.sinks[h0 + h] : -INFINITY);
       }
     });
     return;

@@ -17,6 +17,9 @@ struct AttentionShape {
   int head_dim = 0;
   float scale = 0;     // scores = q . k * scale; 0: 1 / sqrt(head_dim)
   int64_t window = 0;  // > 0: a query at position p sees only keys p' with p - p' < window
+  // Per query head (null: none): a logit that joins every softmax's denominator and has no
+  // value, so a query can attend to "nothing" (gpt-oss's attention sinks).
+  const float* sinks = nullptr;
 };
 
 // The keys a query at position pos attends to: [first, pos].

@@ -60,6 +60,14 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+void swiglu_oai_mul(float* gate, const float* up, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float g = std::min(gate[i], kLimit), u = std::clamp(up[i], -kLimit, kLimit);
+    gate[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
+  }
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const float g = gate[i];

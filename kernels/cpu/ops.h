@@ -27,6 +27,8 @@ void silu_mul(float* gate, const float* up, int64_t n);
 // gate[i] = gelu(gate[i]) * up[i], GELU in its tanh approximation
 // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU, Gemma's "gelu_pytorch_tanh").
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+// gpt-oss's clamped SwiGLU (backend.h's GateActivation::SwigluOai), in place on gate.
+void swiglu_oai_mul(float* gate, const float* up, int64_t n);
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 using SiluMulFn = void (*)(float* gate, const float* up, int64_t n);
 // The AVX2 and AVX-512 levels (ops_avx2.cpp, ops_avx512.cpp) evaluate exp with a polynomial
