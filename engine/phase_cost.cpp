@@ -1,6 +1,7 @@
 #include "engine/phase_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tandem {
 
@@ -18,16 +19,39 @@ ModelShape ModelShape::of(const ModelConfig& c, const ModelWeights& w, double kv
   m.n_head = c.n_head;
   m.n_kv_head = c.n_kv_head;
   m.head_dim = c.head_dim;
-  auto add = [&](const Weight& x) {
-    m.matmul_elements_per_token += (double)x.rows * (double)x.cols;
-    m.matmul_bytes += (double)x.bytes;
+  auto add = [&](const Weight& x, double share) {
+    m.matmul_elements_per_token += (double)x.rows * (double)x.cols * share;
+    m.matmul_bytes += (double)x.bytes * share;
+    m.total_elements += (double)x.rows * (double)x.cols;
+    m.total_bytes += (double)x.bytes;
   };
-  for (const auto& l : w.layers)
-    for (const auto* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*x);
-  add(w.output);
+  m.n_expert = c.spec.moe.routing.n_expert;
+  m.n_used = c.spec.moe.routing.n_used;
+  for (const auto& l : w.layers) {
+    for (const auto* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.shexp_gate,
+                          &l.shexp_up, &l.shexp_down, &l.shexp_router})
+      add(*x, 1.0);
+    const double share = l.gate_exps.empty() ? 0.0 : (double)m.n_used / (double)l.gate_exps.size();
+    for (const auto* experts : {&l.gate_exps, &l.up_exps, &l.down_exps})
+      for (const Weight& x : *experts) {
+        add(x, share);
+        m.expert_bytes += (double)x.bytes / (double)experts->size();
+      }
+  }
+  add(w.output, 1.0);
   m.kv_bytes_per_position = 2.0 * c.n_layer * c.n_kv_head * c.head_dim * kv_elem_bytes;
   for (const LayerSpec& l : c.spec.layers) m.windows.push_back(l.window);
   return m;
+}
+
+double ModelShape::expected_experts(int64_t rows) const {
+  if (n_expert == 0) return 0;
+  return n_expert * (1.0 - std::pow(1.0 - (double)n_used / n_expert, (double)std::max<int64_t>(rows, 0)));
+}
+
+double ModelShape::weight_bytes_for(int64_t rows) const {
+  // matmul_bytes counts n_used experts per routed layer: swap them for the expected distinct.
+  return matmul_bytes + expert_bytes * (expected_experts(rows) - n_used);
 }
 
 double ModelShape::keys_at(int64_t p) const {
@@ -56,7 +80,7 @@ PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0, int64_t chu
   chunk = std::max<int64_t>(1, chunk);
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start), first = pos0 + start;
-    c.weight_bytes += m.matmul_bytes;
+    c.weight_bytes += m.weight_bytes_for(len);
     c.flops += 2.0 * m.matmul_elements_per_token * (double)len;
     // attention flops summed over the chunk's positions: sum of (p + 1) per global layer
     if (m.windows.empty() || std::all_of(m.windows.begin(), m.windows.end(), [](int64_t w) { return w == 0; }))

@@ -28,7 +28,18 @@ struct PhaseCost {
 struct ModelShape {
   int n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
   double matmul_elements_per_token = 0;  // weight elements multiplied per token (all layers + output)
-  double matmul_bytes = 0;               // bytes of those weights
+  double matmul_bytes = 0;               // bytes of those weights (of a routed layer: its n_used experts)
+  // A mixture of experts: of every routed layer's n_expert experts a token runs n_used, and a
+  // pass of several tokens reads each expert any of them chose once.
+  int n_expert = 0, n_used = 0;
+  double expert_bytes = 0;       // bytes of one expert of every routed layer, summed over the layers
+  double total_bytes = 0;        // every weight's bytes (the file's, less norms)
+  double total_elements = 0;     // every weight's elements
+  // The distinct experts of one routed layer that a pass of `rows` tokens reads on average,
+  // if each token chose its n_used independently and uniformly: E (1 - (1 - k/E)^rows).
+  double expected_experts(int64_t rows) const;
+  // Weight bytes a pass of `rows` tokens reads: every dense weight, and the experts chosen.
+  double weight_bytes_for(int64_t rows) const;
   double kv_bytes_per_position = 0;      // K and V of every layer for one position
   std::vector<int64_t> windows;          // per layer: sliding window (0: the layer sees every key)
   // Keys attended at position p, summed over the layers (p + 1 per global layer).
