@@ -6,9 +6,10 @@
 // Conventions every op follows:
 // - Activations are row-major F32 tensors, one row per token in flight ([n_tokens, width]);
 //   an op works on all rows of the tensors (views) it is given.
-// - Ops are issued inside run_pass(). A backend may run the pass body on several threads at
-//   once (the CPU's team): every thread then makes the same calls in the same order, and each
-//   op shares its work out among them. So the body must be a pure sequence of backend calls.
+// - Ops are issued inside run_pass(), on the thread that called it (no backend runs the body
+//   on several threads). An op may share its work out (the CPU backend's, over its thread
+//   team), and a backend may run the body to record its calls and replay them later (the CUDA
+//   backend's graphs). So the body must be a pure sequence of backend calls.
 // - Handles (Tensor, Weight) are small values; const on a handle says nothing about whether an
 //   op writes its memory: parameters named out* are written.
 #pragma once
@@ -194,9 +195,10 @@ class Backend {
   virtual Result<Tensor> prepare_vector(const WeightSource& src) = 0;
 
   // ---- the pass ----
-  // Runs body once as one forward pass over n_tokens tokens. The CPU backend runs it on its
-  // whole thread team for few tokens (decode) and on the calling thread otherwise (each op
-  // then splits itself); a CUDA backend captures and replays a graph.
+  // Runs body as one forward pass over n_tokens tokens. The CPU backend runs it once, on the
+  // calling thread, whatever n_tokens, with its thread team (cpu::WorkTeam) as that thread's
+  // for the pass: each op shares its items out over the team, or runs inline when it has too
+  // few. A CUDA backend captures decode-sized passes as graphs and replays them.
   virtual void run_pass(int64_t n_tokens, const std::function<void()>& body) = 0;
 
   // out [n_tokens, cols] = rows of `table` for the batch's tokens, times scale (Gemma and
@@ -250,7 +252,7 @@ class Backend {
   // a token outside them gets a zero row (the all-reduce after it adds its owner's row).
   virtual void embed_shard(const Weight& table, int64_t first_row, const ForwardBatch& b, const Tensor& out,
                            float scale);
-  // t = the sum over the ranks of t, inside a pass (every team member calls it; one sends).
+  // t = the sum over the ranks of t, inside a pass (called once, on the pass's thread).
   virtual void all_reduce(const Tensor& t, Collectives& c);
   // out [n, cols[0] + ... + cols[N - 1]] = every rank's part [n, cols[r]] side by side in rank
   // order (rank r's columns after those of ranks 0..r-1), on every rank, inside a pass.

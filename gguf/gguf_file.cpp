@@ -121,6 +121,82 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& what, int dept
   return v;
 }
 
+// The metadata's key-value pairs; a key may appear once.
+void read_metadata(Cursor& c, uint64_t n_kv, std::map<std::string, GgufValue, std::less<>>& kv) {
+  for (uint64_t i = 0; i < n_kv; i++) {
+    const std::string_view key = c.string(fmt::format("metadata key #{}", i));
+    const std::string what = fmt::format("metadata '{}'", key);
+    const GgufType type = checked_type(c.read<uint32_t>(what + " (type)"), what);
+    GgufValue v = read_value(c, type, what, 0);
+    if (!kv.emplace(std::string(key), std::move(v)).second) fail(fmt::format("metadata key '{}' appears twice", key));
+  }
+}
+
+// general.alignment: a power of two up to 1 MiB.
+uint64_t alignment_of(const GgufValue& a) {
+  if (!a.is_integer()) fail("general.alignment is not an integer");
+  const uint64_t al = std::holds_alternative<uint64_t>(a.v) ? std::get<uint64_t>(a.v) : (uint64_t)std::get<int64_t>(a.v);
+  if (al == 0 || (al & (al - 1)) != 0 || al > (1u << 20))
+    fail(fmt::format("general.alignment {} is not a power of two up to 1 MiB", al));
+  return al;
+}
+
+// Tensor info #i: its name, dims (1 to 4, their product bounded), type, bytes and offset.
+GgufTensor read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
+  GgufTensor t;
+  t.name = std::string(c.string(fmt::format("tensor info #{} name", i)));
+  const std::string what = fmt::format("tensor {}", t.name);
+  const uint32_t n_dims = c.read<uint32_t>(what + " n_dims");
+  if (n_dims == 0 || n_dims > kMaxDims) fail(fmt::format("{}: n_dims {} (must be 1..{})", what, n_dims, kMaxDims));
+  uint64_t n_el = 1;
+  for (uint32_t d = 0; d < n_dims; d++) {
+    const uint64_t dim = c.read<uint64_t>(what + " dims");
+    if (dim == 0 || dim > (1ull << 40)) fail(fmt::format("{}: dimension {} is {}", what, d, dim));
+    if (n_el > (1ull << 50) / dim) fail(fmt::format("{}: element count overflows (dims too large)", what));
+    n_el *= dim;
+    t.dims.push_back(dim);
+  }
+  t.type_id = c.read<uint32_t>(what + " type");
+  auto info = dtype_info(t.type_id);
+  if (!info) fail(fmt::format("{}: unknown tensor type id {}", what, t.type_id));
+  t.type = *info;
+  if (t.dims[0] % t.type.block_elems != 0)
+    fail(fmt::format("{}: row length {} is not a multiple of the {} block size {}", what, t.dims[0], t.type.name,
+                     t.type.block_elems));
+  t.nbytes = n_el / t.type.block_elems * t.type.block_bytes;
+  t.offset = c.read<uint64_t>(what + " offset");
+  if (t.offset % alignment != 0)
+    fail(fmt::format("{}: data offset {} is not a multiple of the alignment {}", what, t.offset, alignment));
+  return t;
+}
+
+// Points each tensor at its data, which must lie inside the file.
+void place_tensors(std::vector<GgufTensor>& tensors, const uint8_t* base, uint64_t size, uint64_t data_offset) {
+  for (GgufTensor& t : tensors) {
+    const uint64_t avail = size - std::min(size, data_offset);
+    if (t.offset > avail || t.nbytes > avail - t.offset)
+      fail(fmt::format("tensor {}: data [{}, {}) runs past the end of the file (file is {}, tensor ends at {})",
+                       t.name, data_offset + t.offset, data_offset + t.offset + t.nbytes, human_bytes(size),
+                       human_bytes(data_offset + t.offset + t.nbytes)));
+    t.data = base + data_offset + t.offset;
+  }
+}
+
+// No two tensors' data may overlap.
+void check_no_overlap(const std::vector<GgufTensor>& tensors) {
+  std::vector<const GgufTensor*> by_offset;
+  for (const auto& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); i++) {
+    const GgufTensor* a = by_offset[i - 1];
+    const GgufTensor* b = by_offset[i];
+    if (a->offset + a->nbytes > b->offset)
+      fail(fmt::format("tensors {} [{}, {}) and {} [{}, {}) overlap", a->name, a->offset, a->offset + a->nbytes,
+                       b->name, b->offset, b->offset + b->nbytes));
+  }
+}
+
 }  // namespace
 
 std::string human_bytes(uint64_t n) {
@@ -201,77 +277,22 @@ Status GgufFile::parse() {
       fail(fmt::format("tensor_count {} is impossible: the {} bytes left hold at most {}", n_tensors, c.remaining(),
                        c.remaining() / 32));
 
-    for (uint64_t i = 0; i < n_kv; i++) {
-      const std::string_view key = c.string(fmt::format("metadata key #{}", i));
-      const std::string what = fmt::format("metadata '{}'", key);
-      const GgufType type = checked_type(c.read<uint32_t>(what + " (type)"), what);
-      GgufValue v = read_value(c, type, what, 0);
-      if (!kv_.emplace(std::string(key), std::move(v)).second) fail(fmt::format("metadata key '{}' appears twice", key));
-    }
-
-    if (const GgufValue* a = find("general.alignment")) {
-      if (!a->is_integer()) fail("general.alignment is not an integer");
-      const uint64_t al = std::holds_alternative<uint64_t>(a->v) ? std::get<uint64_t>(a->v)
-                                                                 : (uint64_t)std::get<int64_t>(a->v);
-      if (al == 0 || (al & (al - 1)) != 0 || al > (1u << 20))
-        fail(fmt::format("general.alignment {} is not a power of two up to 1 MiB", al));
-      alignment_ = al;
-    }
+    read_metadata(c, n_kv, kv_);
+    if (const GgufValue* a = find("general.alignment")) alignment_ = alignment_of(*a);
 
     tensors_.reserve(n_tensors);
     for (uint64_t i = 0; i < n_tensors; i++) {
-      GgufTensor t;
-      t.name = std::string(c.string(fmt::format("tensor info #{} name", i)));
-      const std::string what = fmt::format("tensor {}", t.name);
-      const uint32_t n_dims = c.read<uint32_t>(what + " n_dims");
-      if (n_dims == 0 || n_dims > kMaxDims) fail(fmt::format("{}: n_dims {} (must be 1..{})", what, n_dims, kMaxDims));
-      uint64_t n_el = 1;
-      for (uint32_t d = 0; d < n_dims; d++) {
-        const uint64_t dim = c.read<uint64_t>(what + " dims");
-        if (dim == 0 || dim > (1ull << 40)) fail(fmt::format("{}: dimension {} is {}", what, d, dim));
-        if (n_el > (1ull << 50) / dim) fail(fmt::format("{}: element count overflows (dims too large)", what));
-        n_el *= dim;
-        t.dims.push_back(dim);
-      }
-      t.type_id = c.read<uint32_t>(what + " type");
-      auto info = dtype_info(t.type_id);
-      if (!info) fail(fmt::format("{}: unknown tensor type id {}", what, t.type_id));
-      t.type = *info;
-      if (t.dims[0] % t.type.block_elems != 0)
-        fail(fmt::format("{}: row length {} is not a multiple of the {} block size {}", what, t.dims[0], t.type.name,
-                         t.type.block_elems));
-      t.nbytes = n_el / t.type.block_elems * t.type.block_bytes;
+      GgufTensor t = read_tensor_info(c, i, alignment_);
       tensor_bytes_ += t.nbytes;
-      t.offset = c.read<uint64_t>(what + " offset");
-      if (t.offset % alignment_ != 0)
-        fail(fmt::format("{}: data offset {} is not a multiple of the alignment {}", what, t.offset, alignment_));
-      if (!tensor_index_.emplace(t.name, tensors_.size()).second) fail(fmt::format("{} appears twice", what));
+      if (!tensor_index_.emplace(t.name, tensors_.size()).second) fail(fmt::format("tensor {} appears twice", t.name));
       tensors_.push_back(std::move(t));
     }
 
     data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
     if (!tensors_.empty() && data_offset_ > size_)
       fail(fmt::format("data section starts at {} but the file is only {} bytes", data_offset_, size_));
-
-    for (GgufTensor& t : tensors_) {
-      const uint64_t avail = size_ - std::min(size_, data_offset_);
-      if (t.offset > avail || t.nbytes > avail - t.offset)
-        fail(fmt::format("tensor {}: data [{}, {}) runs past the end of the file (file is {}, tensor ends at {})",
-                         t.name, data_offset_ + t.offset, data_offset_ + t.offset + t.nbytes, human_bytes(size_),
-                         human_bytes(data_offset_ + t.offset + t.nbytes)));
-      t.data = base_ + data_offset_ + t.offset;
-    }
-    std::vector<const GgufTensor*> by_offset;
-    for (const auto& t : tensors_) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
-    for (size_t i = 1; i < by_offset.size(); i++) {
-      const GgufTensor* a = by_offset[i - 1];
-      const GgufTensor* b = by_offset[i];
-      if (a->offset + a->nbytes > b->offset)
-        fail(fmt::format("tensors {} [{}, {}) and {} [{}, {}) overlap", a->name, a->offset, a->offset + a->nbytes,
-                         b->name, b->offset, b->offset + b->nbytes));
-    }
+    place_tensors(tensors_, base_, size_, data_offset_);
+    check_no_overlap(tensors_);
   } catch (const ParseFailure& e) {
     return make_error("{}: {}", source_, e.message);
   }

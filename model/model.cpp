@@ -95,8 +95,10 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
   const ArchSpec& a = c.spec;
   const int64_t n = b.n_tokens();
   const float eps = c.rms_eps;
+  // tp_ is the tensor-parallel plan (this rank's shares: heads, rows, columns); ranks is the
+  // exchange with the other ranks, null when this process holds the whole model.
   const HeadShape heads{tp_.n_q_head, tp_.n_kv_head, c.head_dim};  // this rank's heads
-  Collectives* tp = collectives();  // null: the whole model here, no collectives
+  Collectives* ranks = collectives();
   const bool sandwich = a.norms == NormPlacement::Sandwich;
   Backend& be = *backend_;
   const Tensor x = x_.rows_view(0, n), xb = xb_.rows_view(0, n), q = q_.rows_view(0, n), k = k_.rows_view(0, n),
@@ -115,18 +117,19 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
   // proj = W in for attn_output and ffn_down. Split, W is this rank's rows: the ranks' columns
   // of `in` are gathered first (in_all), and the ranks' rows of the output after, so each
   // element is one process's dot product of the same input row.
-  const Tensor att_all = tp ? att_all_.rows_view(0, n) : Tensor{}, gate_all = tp ? gate_all_.rows_view(0, n) : Tensor{},
-               proj_part = tp ? proj_part_.rows_view(0, n) : Tensor{};
+  const Tensor att_all = ranks ? att_all_.rows_view(0, n) : Tensor{},
+               gate_all = ranks ? gate_all_.rows_view(0, n) : Tensor{},
+               proj_part = ranks ? proj_part_.rows_view(0, n) : Tensor{};
   auto row_parallel = [&](const Weight& w, const Tensor& in, const Tensor& in_all, std::span<const int64_t> in_cols) {
-    if (!tp) return matmul({{&w, &proj}}, in);
-    be.gather_columns(in, in_all, in_cols, *tp);
+    if (!ranks) return matmul({{&w, &proj}}, in);
+    be.gather_columns(in, in_all, in_cols, *ranks);
     matmul({{&w, &proj_part}}, in_all);
-    be.gather_columns(proj_part, proj, tp_.embd_cols, *tp);
+    be.gather_columns(proj_part, proj, tp_.embd_cols, *ranks);
   };
   be.run_pass(n, [&] {
-    if (tp) {  // each rank has its vocabulary rows; the others' tokens are zero rows until summed (exact)
+    if (ranks) {  // each rank has its vocabulary rows; the others' tokens are zero rows until summed (exact)
       be.embed_shard(weights_.token_embd, tp_.vocab0, b, x, a.embedding_scale);
-      be.all_reduce(x, *tp);
+      be.all_reduce(x, *ranks);
     } else {
       be.embed(weights_.token_embd, b, x, a.embedding_scale);
     }
@@ -181,7 +184,7 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
     }
     if (!logit_rows.empty())
       be.logits(x, logit_rows, weights_.output_norm, eps, weights_.output, xb_, logits,
-                LogitsParams{a.logit_scale, a.logit_softcap, b.argmax_logits && !tp});
+                LogitsParams{a.logit_scale, a.logit_softcap, b.argmax_logits && !ranks});
   });
 }
 

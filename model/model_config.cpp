@@ -80,10 +80,14 @@ Status read_yarn(const GgufFile& f, const std::string& p, ModelConfig& c) {
   return check_range(p + "rope.scaling.attn_factor", c.rope_yarn_attn_factor, 0.0, 1e3, "YaRN's attention factor");
 }
 
-}  // namespace
+Status set_int(int& field, Result<int> r) {
+  if (!r.ok()) return r.error();
+  field = *r;
+  return Status::Ok();
+}
 
-Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
-  ModelConfig c;
+// general.architecture (one tandem runs) and general.name.
+Status read_architecture(const GgufFile& f, ModelConfig& c) {
   auto arch = f.get_string("general.architecture");
   if (!arch.ok()) return arch.error();
   if (!arch->has_value()) return make_error("missing metadata key 'general.architecture'");
@@ -92,20 +96,19 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
     return make_error("architecture '{}' is not supported (tandem runs: {})", c.arch, supported_architectures());
   auto name = f.get_string("general.name");
   if (name.ok() && name->has_value()) c.name = std::string(**name);
+  return Status::Ok();
+}
 
-  const std::string p = c.arch + ".";
-  auto set = [&](int& field, Result<int> r) -> Status {
-    if (!r.ok()) return r.error();
-    field = *r;
-    return Status::Ok();
-  };
-  TANDEM_TRY(set(c.n_embd, required_int(f, p + "embedding_length")));
-  TANDEM_TRY(set(c.n_layer, required_int(f, p + "block_count")));
-  TANDEM_TRY(set(c.n_head, required_int(f, p + "attention.head_count")));
-  TANDEM_TRY(set(c.n_ff, required_int(f, p + "feed_forward_length")));
-  TANDEM_TRY(set(c.n_ctx_train, optional_int(f, p + "context_length", 2048)));
-  TANDEM_TRY(set(c.n_kv_head, optional_int(f, p + "attention.head_count_kv", c.n_head)));
-  TANDEM_TRY(set(c.head_dim, optional_int(f, p + "attention.key_length", 0)));
+// The sizes: embedding, layers (as many as the blk.N tensors), heads and their dims, the
+// feed-forward, and the training context. p: the architecture's key prefix.
+Status read_shape(const GgufFile& f, const std::string& p, ModelConfig& c) {
+  TANDEM_TRY(set_int(c.n_embd, required_int(f, p + "embedding_length")));
+  TANDEM_TRY(set_int(c.n_layer, required_int(f, p + "block_count")));
+  TANDEM_TRY(set_int(c.n_head, required_int(f, p + "attention.head_count")));
+  TANDEM_TRY(set_int(c.n_ff, required_int(f, p + "feed_forward_length")));
+  TANDEM_TRY(set_int(c.n_ctx_train, optional_int(f, p + "context_length", 2048)));
+  TANDEM_TRY(set_int(c.n_kv_head, optional_int(f, p + "attention.head_count_kv", c.n_head)));
+  TANDEM_TRY(set_int(c.head_dim, optional_int(f, p + "attention.key_length", 0)));
   if (c.head_dim == 0) {  // no key_length: heads split the embedding
     if (c.n_embd % c.n_head != 0)
       return make_error("embedding_length {} is not divisible by head_count {}", c.n_embd, c.n_head);
@@ -115,7 +118,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   // products the pass allocates by.
   if (c.head_dim > 65536 || (int64_t)c.n_head * c.head_dim > (1 << 28))
     return make_error("attention.key_length {} x head_count {} is out of range", c.head_dim, c.n_head);
-  TANDEM_TRY(set(c.rope_dim, optional_int(f, p + "rope.dimension_count", c.head_dim)));
+  TANDEM_TRY(set_int(c.rope_dim, optional_int(f, p + "rope.dimension_count", c.head_dim)));
   if (c.n_head % c.n_kv_head != 0)
     return make_error("head_count {} is not a multiple of head_count_kv {}", c.n_head, c.n_kv_head);
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0)
@@ -126,8 +129,11 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   if (value_length->has_value() && **value_length != (uint64_t)c.head_dim)
     return make_error("metadata '{}attention.value_length' = {} differs from the key length {} (tandem needs them equal)", p,
                       **value_length, c.head_dim);
-  TANDEM_TRY(check_block_count(f, p + "block_count", c.n_layer));
+  return check_block_count(f, p + "block_count", c.n_layer);
+}
 
+// RoPE's base and linear scaling, and RMSNorm's epsilon, each in its range.
+Status read_rope_and_norm(const GgufFile& f, const std::string& p, ModelConfig& c) {
   auto base = f.get_float(p + "rope.freq_base");
   if (!base.ok()) return base.error();
   if (base->has_value()) c.rope_base = **base;
@@ -151,8 +157,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   if (eps->has_value()) c.rms_eps = (float)**eps;
   // RMSNorm divides by sqrt(mean(x^2) + eps): eps only guards against zero (real models use
   // 1e-6 to 1e-5); one near the activations' scale would flatten them.
-  TANDEM_TRY(check_range(p + "attention.layer_norm_rms_epsilon", c.rms_eps, 0.0, 1e-2, "RMSNorm's epsilon"));
+  return check_range(p + "attention.layer_norm_rms_epsilon", c.rms_eps, 0.0, 1e-2, "RMSNorm's epsilon");
+}
 
+// The vocabulary's size (token_embd's rows, which the tokenizer and vocab_size must match),
+// and whether the output projection is token_embd's.
+Status read_vocabulary(const GgufFile& f, const std::string& p, ModelConfig& c) {
   const GgufTensor* embd = f.find_tensor("token_embd.weight");
   if (!embd) return make_error("missing tensor token_embd.weight");
   if (embd->dims.size() != 2) return make_error("token_embd.weight has {} dims, expected 2", embd->dims.size());
@@ -167,6 +177,18 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   if (vocab_size->has_value() && **vocab_size != embd->dims[1])
     return make_error("metadata '{}vocab_size' = {}, but token_embd.weight has {} rows", p, **vocab_size, embd->dims[1]);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  TANDEM_TRY(read_architecture(f, c));
+  const std::string p = c.arch + ".";
+  TANDEM_TRY(read_shape(f, p, c));
+  TANDEM_TRY(read_rope_and_norm(f, p, c));
+  TANDEM_TRY(read_vocabulary(f, p, c));
   auto spec = read_arch_spec(f, c);
   if (!spec.ok()) return spec.error();
   c.spec = std::move(spec.value());

@@ -25,8 +25,10 @@ bool Vocab::is_eog(int32_t id) const {
   return std::find(end_of_generation.begin(), end_of_generation.end(), id) != end_of_generation.end();
 }
 
-Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
-  Vocab v;
+namespace {
+
+// tokenizer.ggml.model (gpt2: byte-level BPE, llama: SentencePiece) and the pre-tokenizer.
+Status read_kind(const GgufFile& f, Vocab& v) {
   auto model = f.get_string("tokenizer.ggml.model");
   if (!model.ok()) return model.error();
   if (!model->has_value()) return make_error("missing metadata key 'tokenizer.ggml.model' (no vocabulary in this file)");
@@ -39,7 +41,11 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
   auto pre = f.get_string("tokenizer.ggml.pre");
   if (!pre.ok()) return pre.error();
   v.pre = pre->has_value() ? std::string(**pre) : "default";
+  return Status::Ok();
+}
 
+// The tokens, their scores (SentencePiece needs them) and types, one of each per token.
+Status read_tokens(const GgufFile& f, Vocab& v) {
   const GgufArray* toks = f.get_array("tokenizer.ggml.tokens");
   if (!toks || toks->elem_type != GgufType::STRING || toks->count == 0)
     return make_error("tokenizer.ggml.tokens is missing or not an array of strings");
@@ -65,14 +71,22 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
       v.types[i] = static_cast<TokenType>(t);
     }
   }
-  if (v.kind == VocabKind::Bpe) {
-    const GgufArray* merges = f.get_array("tokenizer.ggml.merges");
-    if (!merges || merges->elem_type != GgufType::STRING)
-      return make_error("BPE vocabulary without tokenizer.ggml.merges");
-    v.merge_rank.reserve(merges->count);
-    for (size_t i = 0; i < merges->count; i++) v.merge_rank.emplace(std::string(merges->strings[i]), (int32_t)i);
-  }
+  return Status::Ok();
+}
 
+// BPE's merges, ranked by their order.
+Status read_merges(const GgufFile& f, Vocab& v) {
+  if (v.kind != VocabKind::Bpe) return Status::Ok();
+  const GgufArray* merges = f.get_array("tokenizer.ggml.merges");
+  if (!merges || merges->elem_type != GgufType::STRING) return make_error("BPE vocabulary without tokenizer.ggml.merges");
+  v.merge_rank.reserve(merges->count);
+  for (size_t i = 0; i < merges->count; i++) v.merge_rank.emplace(std::string(merges->strings[i]), (int32_t)i);
+  return Status::Ok();
+}
+
+// The special tokens' ids (each inside the vocabulary), and the flags for what encoding adds.
+Status read_specials(const GgufFile& f, Vocab& v) {
+  const size_t n = v.tokens.size();
   auto id_key = [&](const char* key, int32_t& dst) -> Status {
     auto r = f.get_uint(key);
     if (!r.ok()) return r.error();
@@ -103,10 +117,13 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
   if (v.kind == VocabKind::Spm) TANDEM_TRY(flag("tokenizer.ggml.add_space_prefix", v.add_space_prefix));
   else v.add_space_prefix = false;
   if (v.bos < 0) v.add_bos = false;
+  return Status::Ok();
+}
 
-  // End of generation: eos/eot plus the end markers chat templates use. Conversions often
-  // mislabel these as normal or user-defined; like llama.cpp, treat them as control tokens, so
-  // that text spelling "</s>" is not an end marker unless special tokens are parsed.
+// End of generation: eos/eot plus the end markers chat templates use. Conversions often
+// mislabel these as normal or user-defined; like llama.cpp, treat them as control tokens, so
+// that text spelling "</s>" is not an end marker unless special tokens are parsed.
+void mark_end_of_generation(Vocab& v) {
   for (int32_t id : {v.eos, v.eot})
     if (id >= 0) v.end_of_generation.push_back(id);
   constexpr std::array<std::string_view, 13> kEndMarkers = {
@@ -118,7 +135,11 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
     if (v.types[id] == TokenType::Normal || v.types[id] == TokenType::UserDefined) v.types[id] = TokenType::Control;
     if (v.types[id] == TokenType::Control && !v.is_eog(id)) v.end_of_generation.push_back(id);
   }
+}
 
+// Which tokens swallow the whitespace after them (none, but for Phi-3's added tokens).
+void mark_rstrip(const GgufFile& f, Vocab& v) {
+  const size_t n = v.tokens.size();
   v.rstrip.assign(n, false);
   auto name = f.get_string("general.name");
   std::string model_name = name.ok() && name->has_value() ? std::string(**name) : "";
@@ -132,6 +153,18 @@ Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
                      t != "<unk>" && t != "<s>" && t != "<|endoftext|>";
     }
   }
+}
+
+}  // namespace
+
+Result<Vocab> Vocab::from_gguf(const GgufFile& f) {
+  Vocab v;
+  TANDEM_TRY(read_kind(f, v));
+  TANDEM_TRY(read_tokens(f, v));
+  TANDEM_TRY(read_merges(f, v));
+  TANDEM_TRY(read_specials(f, v));
+  mark_end_of_generation(v);
+  mark_rstrip(f, v);
   return v;
 }
 

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "tokenizer/utf8.h"
 
@@ -380,21 +381,85 @@ Value slice(const Value& obj, const Value* lo, const Value* hi, const Value* ste
   return Value(std::move(out));
 }
 
-Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget& budget) {
-  if (name == "trim") return strip(to_str(v, budget), chars_arg(args, budget), true, true);
-  if (name == "length" || name == "count") {
-    if (v.is_string()) return Value((int64_t)char_count(v.s));
-    if (v.is_array()) return Value((int64_t)v.arr->size());
-    if (v.is_object()) return Value((int64_t)v.obj->size());
-    if (v.is_undefined()) return Value((int64_t)0);
-    throw Error(std::string("a ") + v.type_name() + " has no length");
+namespace {
+
+// first / last of a list, of a dict's keys or of a string's characters.
+Value first_or_last(bool first, const Value& v, Budget& budget) {
+  if (v.is_array()) return v.arr->empty() ? Value() : (first ? v.arr->front() : v.arr->back());
+  if (v.is_object()) return v.obj->empty() ? Value() : key_value(v, first ? v.obj->front().first : v.obj->back().first);
+  if (v.is_string()) {
+    if (v.s.empty()) return Value();
+    if (first) return substr(v, 0, char_len(v.s, 0));
+    size_t last = 0;
+    for (size_t i = 0; i < v.s.size(); i += char_len(v.s, i)) last = i;
+    return substr(v, last, v.s.size());
   }
+  items_of(v, budget);  // the error for what is not iterable
+  return Value();
+}
+
+// map(attribute=...) or map('filter', args...).
+Value map_items(const Value& v, Args& args, Kwargs& kw, Budget& budget) {
+  const Value* attr = kwarg(kw, "attribute");
+  const std::string attr_name = attr ? to_str(*attr, budget).s : "";
+  const std::string filter = !attr && !args.empty() ? to_str(args[0], budget).s : "";
+  if (!attr && args.empty()) throw Error("map needs a filter name or attribute=");
+  Args rest(args.begin() + (attr ? 0 : 1), args.end());
+  Array out;
+  for (const Value& x : items_of(v, budget)) {
+    budget.step();
+    if (attr) {
+      out.push_back(attribute(x, attr_name));
+    } else {
+      const Budget::Nest nest(budget);  // map('map', 'map', ...) nests
+      Args filter_args = rest;
+      Kwargs none;
+      out.push_back(apply_filter(filter, x, filter_args, none, budget));
+    }
+  }
+  return Value(std::move(out));
+}
+
+Value sort_items(const Value& v, Args& args, Kwargs& kw, Budget& budget) {
+  Array a = items_of(v, budget);
+  const Value* rev = arg(args, kw, 0, "reverse");
+  const Value* attr = kwarg(kw, "attribute");
+  const std::string attr_name = attr ? to_str(*attr, budget).s : "";
+  std::stable_sort(a.begin(), a.end(), [&](const Value& x, const Value& y) {
+    return attr ? less_than(attribute(x, attr_name), attribute(y, attr_name), budget) : less_than(x, y, budget);
+  });
+  if (rev && rev->truthy()) std::reverse(a.begin(), a.end());
+  return Value(std::move(a));
+}
+
+// apply_filter's filters in groups by what they work on. A group answers nothing for a name
+// it does not know, and apply_filter asks the next one.
+using FilterGroup = std::optional<Value> (*)(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget& budget);
+
+std::optional<Value> string_filter(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget& budget) {
+  if (name == "trim") return strip(to_str(v, budget), chars_arg(args, budget), true, true);
   if (name == "upper") return upper(to_str(v, budget));
   if (name == "lower") return lower(to_str(v, budget));
   if (name == "capitalize") return capitalize(to_str(v, budget));
   if (name == "title") return title(to_str(v, budget));
   if (name == "string") return to_str(v, budget);
   if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") return v;  // no autoescape
+  if (name == "replace") {
+    if (args.size() < 2) throw Error("replace needs two arguments");
+    return replace_all(to_str(v, budget), to_str(args[0], budget), to_str(args[1], budget), args.size() > 2 ? args[2].i : -1,
+                       budget);
+  }
+  if (name == "indent") return indent(to_str(v, budget), arg(args, kw, 0, "width"), arg(args, kw, 1, "first"), budget);
+  if (name == "wordcount") return Value((int64_t)split(to_str(v, budget), {}, budget).arr->size());
+  if (name == "tojson") {
+    const Value* ind = arg(args, kw, 0, "indent");
+    const Value* sort = kwarg(kw, "sort_keys");
+    return to_json(v, ind && !ind->is_none() ? ind->i : -1, sort && sort->truthy(), budget);
+  }
+  return std::nullopt;
+}
+
+std::optional<Value> number_filter(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget&) {
   if (name == "int") return Value(to_int(v));
   if (name == "float") return Value(v.is_number() ? v.as_double() : v.is_string() ? std::atof(v.s.c_str()) : 0.0);
   if (name == "abs") return v.kind == Value::Kind::Int && v.i != INT64_MIN ? Value((int64_t)std::llabs(v.i)) : Value(std::fabs(v.as_double()));
@@ -403,19 +468,38 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& 
     const double scale = std::pow(10.0, p ? (double)p->i : 0.0);
     return Value(std::round(v.as_double() * scale) / scale);
   }
-  if (name == "first" || name == "last") {
-    if (v.is_array()) return v.arr->empty() ? Value() : (name == "first" ? v.arr->front() : v.arr->back());
-    if (v.is_object()) return v.obj->empty() ? Value() : key_value(v, name == "first" ? v.obj->front().first : v.obj->back().first);
-    if (v.is_string()) {
-      if (v.s.empty()) return Value();
-      if (name == "first") return substr(v, 0, char_len(v.s, 0));
-      size_t last = 0;
-      for (size_t i = 0; i < v.s.size(); i += char_len(v.s, i)) last = i;
-      return substr(v, last, v.s.size());
-    }
-    items_of(v, budget);  // the error for what is not iterable
-    return Value();
+  return std::nullopt;
+}
+
+// Filters on any value, or on a whole collection: its size, ends, default, items.
+std::optional<Value> value_filter(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget& budget) {
+  if (name == "length" || name == "count") {
+    if (v.is_string()) return Value((int64_t)char_count(v.s));
+    if (v.is_array()) return Value((int64_t)v.arr->size());
+    if (v.is_object()) return Value((int64_t)v.obj->size());
+    if (v.is_undefined()) return Value((int64_t)0);
+    throw Error(std::string("a ") + v.type_name() + " has no length");
   }
+  if (name == "first" || name == "last") return first_or_last(name == "first", v, budget);
+  if (name == "default" || name == "d") {
+    const Value* def = arg(args, kw, 0, "default_value");
+    const Value* boolean = arg(args, kw, 1, "boolean");
+    const bool use_default = v.is_undefined() || (boolean && boolean->truthy() && !v.truthy());
+    return use_default ? (def ? *def : Value(std::string())) : v;
+  }
+  if (name == "items") return items_pairs(v, budget);
+  if (name == "dictsort") {
+    Value pairs = items_pairs(v, budget);
+    budget.step((int64_t)pairs.arr->size());
+    std::stable_sort(pairs.arr->begin(), pairs.arr->end(),
+                     [](const Value& x, const Value& y) { return (*x.arr)[0].s < (*y.arr)[0].s; });
+    return pairs;
+  }
+  return std::nullopt;
+}
+
+// Filters over a sequence's items.
+std::optional<Value> items_filter(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget& budget) {
   if (name == "list") return Value(items_of(v, budget));
   if (name == "reverse") {
     if (v.is_string()) {
@@ -427,43 +511,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& 
     return Value(std::move(a));
   }
   if (name == "join") return join(v, arg(args, kw, 0, "d"), arg(args, kw, 1, "attribute"), budget);
-  if (name == "default" || name == "d") {
-    const Value* def = arg(args, kw, 0, "default_value");
-    const Value* boolean = arg(args, kw, 1, "boolean");
-    const bool use_default = v.is_undefined() || (boolean && boolean->truthy() && !v.truthy());
-    return use_default ? (def ? *def : Value(std::string())) : v;
-  }
-  if (name == "tojson") {
-    const Value* ind = arg(args, kw, 0, "indent");
-    const Value* sort = kwarg(kw, "sort_keys");
-    return to_json(v, ind && !ind->is_none() ? ind->i : -1, sort && sort->truthy(), budget);
-  }
-  if (name == "items") return items_pairs(v, budget);
-  if (name == "replace") {
-    if (args.size() < 2) throw Error("replace needs two arguments");
-    return replace_all(to_str(v, budget), to_str(args[0], budget), to_str(args[1], budget), args.size() > 2 ? args[2].i : -1,
-                       budget);
-  }
-  if (name == "map") {
-    const Value* attr = kwarg(kw, "attribute");
-    const std::string attr_name = attr ? to_str(*attr, budget).s : "";
-    const std::string filter = !attr && !args.empty() ? to_str(args[0], budget).s : "";
-    if (!attr && args.empty()) throw Error("map needs a filter name or attribute=");
-    Args rest(args.begin() + (attr ? 0 : 1), args.end());
-    Array out;
-    for (const Value& x : items_of(v, budget)) {
-      budget.step();
-      if (attr) {
-        out.push_back(attribute(x, attr_name));
-      } else {
-        const Budget::Nest nest(budget);  // map('map', 'map', ...) nests
-        Args filter_args = rest;
-        Kwargs none;
-        out.push_back(apply_filter(filter, x, filter_args, none, budget));
-      }
-    }
-    return Value(std::move(out));
-  }
+  if (name == "map") return map_items(v, args, kw, budget);
   if (name == "select") return select(v, args, false, true, budget);
   if (name == "reject") return select(v, args, false, false, budget);
   if (name == "selectattr") return select(v, args, true, true, budget);
@@ -478,17 +526,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& 
     }
     return Value(std::move(out));
   }
-  if (name == "sort") {
-    Array a = items_of(v, budget);
-    const Value* rev = arg(args, kw, 0, "reverse");
-    const Value* attr = kwarg(kw, "attribute");
-    const std::string attr_name = attr ? to_str(*attr, budget).s : "";
-    std::stable_sort(a.begin(), a.end(), [&](const Value& x, const Value& y) {
-      return attr ? less_than(attribute(x, attr_name), attribute(y, attr_name), budget) : less_than(x, y, budget);
-    });
-    if (rev && rev->truthy()) std::reverse(a.begin(), a.end());
-    return Value(std::move(a));
-  }
+  if (name == "sort") return sort_items(v, args, kw, budget);
   if (name == "sum") return sum(v, budget);
   if (name == "min" || name == "max") {
     const Array a = items_of(v, budget);
@@ -497,15 +535,14 @@ Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& 
       return name == "min" ? less_than(x, y, budget) : less_than(y, x, budget);
     });
   }
-  if (name == "indent") return indent(to_str(v, budget), arg(args, kw, 0, "width"), arg(args, kw, 1, "first"), budget);
-  if (name == "dictsort") {
-    Value pairs = items_pairs(v, budget);
-    budget.step((int64_t)pairs.arr->size());
-    std::stable_sort(pairs.arr->begin(), pairs.arr->end(),
-                     [](const Value& x, const Value& y) { return (*x.arr)[0].s < (*y.arr)[0].s; });
-    return pairs;
-  }
-  if (name == "wordcount") return Value((int64_t)split(to_str(v, budget), {}, budget).arr->size());
+  return std::nullopt;
+}
+
+}  // namespace
+
+Value apply_filter(const std::string& name, const Value& v, Args& args, Kwargs& kw, Budget& budget) {
+  for (FilterGroup group : {string_filter, number_filter, value_filter, items_filter})
+    if (std::optional<Value> r = group(name, v, args, kw, budget)) return std::move(*r);
   throw Error("unknown filter '" + name + "'");
 }
 
