@@ -15,6 +15,7 @@
 #include "apps/generation_options.h"
 #include "apps/phase_report.h"
 #include "core/units.h"
+#include "model/param_count.h"
 
 namespace tandem::apps {
 
@@ -156,15 +157,23 @@ Result<std::optional<SpecResult>> run_sd(const Bench& b, const Tokenizer& tok) {
 }
 
 // The file's size and parameter count, and the name the rows give the model.
+// (A mixture of experts': also those a token runs.)
 struct ModelFacts {
   uint64_t file_bytes = 0, params = 0;
+  double active_params = 0;
   std::string name;
+  std::string params_cell() const {
+    return active_params < (double)params ? fmt::format("{:.2f} M ({:.2f} M active)", params / 1e6, active_params / 1e6)
+                                          : fmt::format("{:.2f} M", params / 1e6);
+  }
 };
 
 ModelFacts model_facts(const Model& model) {
   ModelFacts f;
   f.file_bytes = model.gguf().tensor_bytes();
-  for (const auto& t : model.gguf().tensors()) f.params += t.n_elements();
+  const ParamCount p = count_params(model.gguf());
+  f.params = p.total;
+  f.active_params = p.active(model.config().spec.moe);
   f.name = model.config().name.empty() ? model.config().arch : model.config().name;
   return f;
 }
@@ -207,6 +216,7 @@ void print_bench_json(const Bench& b, const std::vector<Test>& tests, const std:
   nlohmann::ordered_json j = {{"model", m.name},
                               {"size_bytes", m.file_bytes},
                               {"params", m.params},
+                              {"active_params", m.active_params},
                               {"backend", b.model.backend().describe()},
                               {"threads", b.cpu_be ? b.cpu_be->threads() : 0},
                               {"isa", b.cpu_be ? std::string(cpu::isa_name(b.cpu_be->isa())) : std::string("cuda")},
@@ -226,8 +236,8 @@ void print_bench_rows(const Bench& b, const std::vector<Test>& tests, const std:
   fmt::print("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |\n");
   for (const Test& t : tests) {
     const Stat s = stat_of(t.tok_s);
-    fmt::print("| {} | {} | {:.2f} M | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {} | {:.1f}% |\n", m.name,
-               format_bytes_binary((double)m.file_bytes), m.params / 1e6, b.model.backend().describe(), t.name, s.mean, s.sd,
+    fmt::print("| {} | {} | {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {:.2f} | {:.1f}% | {} | {:.1f}% |\n", m.name,
+               format_bytes_binary((double)m.file_bytes), m.params_cell(), b.model.backend().describe(), t.name, s.mean, s.sd,
                t.best.flops_per_s() / 1e9, t.best.bytes_per_s() / 1e9,
                100 * t.best.flops_per_s() / t.best.compute_roof(t.peaks), t.best.roof_name(),
                100 * t.best.bytes_per_s() / t.peaks.read_bytes_per_s);

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/explain_experts.h"
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "apps/generation_options.h"
@@ -166,6 +167,7 @@ struct Explained {
   const Collectives* ranks = nullptr;
   int n_ranks = 1;
   CommunicationCost pre_comm, dec_comm;
+  std::vector<ExpertRow> experts;  // a mixture of experts' batched decode roofline
 };
 
 Result<Explained> explain_phases(const ExplainArgs& a, Model& model, const ExplainRun& run) {
@@ -199,6 +201,9 @@ Result<Explained> explain_phases(const ExplainArgs& a, Model& model, const Expla
   e.n_ranks = e.ranks ? e.ranks->size() : 1;
   e.pre_comm = communication_cost(model.config(), model.shard(), st.n_prompt, 1);
   e.dec_comm = communication_cost(model.config(), model.shard(), 1, 1);
+  auto experts = expert_rows(model, shape, e.peaks);
+  if (!experts.ok()) return experts.error();
+  e.experts = std::move(experts.value());
   return e;
 }
 
@@ -215,6 +220,7 @@ void print_explain_json(const Model& model, const ExplainRun& run, const Explain
                               {"decode", phase_json(e.dec, e.peaks)},
                               {"machine", machine_json(e.peaks)},
                               {"speculative", verify_json(e.verify, st)},
+                              {"experts", experts_json(e.experts)},
                               {"text", run.text}};
   if (e.ranks)
     j["tensor_parallel"] = {{"ranks", e.n_ranks},
@@ -294,6 +300,7 @@ int run_explain(const ExplainArgs& a) {
   print_why(run->st, e.value());
   if (!e->verify.empty()) fmt::print("{}", verify_text(e->verify, run->st, e->peaks.ridge(e->int8), e->shape));
   if (e->ranks) print_network(model, run->st, e.value());
+  fmt::print("{}", experts_text(e->experts, e->shape));
   return 0;
 }
 

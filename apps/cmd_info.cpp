@@ -9,6 +9,7 @@
 #include "gguf/gguf_file.h"
 #include "kv/kv_planner.h"
 #include "model/model_config.h"
+#include "model/param_count.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::apps {
@@ -71,6 +72,12 @@ Command add_info_command(CLI::App& app) {
     fmt::print("model: {} layers, hidden {}, {} heads ({} KV heads, head dim {}), ffn {}, vocab {}, context {}\n",
                c->n_layer, c->n_embd, c->n_head, c->n_kv_head, c->head_dim, c->n_ff, c->n_vocab, c->n_ctx_train);
     fmt::print("architecture {}\n", c->spec.describe());
+    if (const MoeSpec& moe = c->spec.moe; moe.active()) {
+      const ParamCount p = count_params(g);
+      fmt::print("parameters: {:.2f} B, of which {:.2f} B active per token ({} of {} experts: {} of {} read per decode token)\n",
+                 p.total / 1e9, p.active(moe) / 1e9, moe.routing.n_used, moe.routing.n_expert,
+                 human_bytes((uint64_t)p.active_bytes(moe)), human_bytes(p.total_bytes));
+    }
     fmt::print("KV cache per token (f16): {} bytes; full context: {}\n",
                kv_cache_bytes(c->n_layer, c->n_kv_head, 1, c->head_dim, 2),
                human_bytes(kv_cache_bytes(c->n_layer, c->n_kv_head, c->n_ctx_train, c->head_dim, 2)));

@@ -231,6 +231,12 @@ class Backend {
                          const AttentionParams& p, const Tensor& out) = 0;
   // ---- mixtures of experts (a backend that runs them says so; others refuse such models) ----
   virtual bool runs_moe() const { return false; }
+  // moe_ffn calls so far, and the distinct experts they ran (all calls together): `explain`
+  // measures how many experts a batch reads.
+  struct MoeCounts {
+    int64_t calls = 0, experts = 0;
+  };
+  virtual MoeCounts moe_counts() const { return {}; }
   // routes [n, 2 * r.n_used] = for each row of router logits [n, r.n_expert]: the chosen
   // experts' ids (as floats, largest weight first, ties to the lower id), then their weights.
   virtual void moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes);

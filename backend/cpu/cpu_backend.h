@@ -71,6 +71,7 @@ class CpuBackend final : public Backend {
   void logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,
               const Tensor& scratch, const Tensor& out, const LogitsParams& p) override;
   bool runs_moe() const override { return true; }
+  MoeCounts moe_counts() const override { return moe_counts_; }
   void moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes) override;
   void moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
                const Tensor& out) override;
@@ -107,6 +108,7 @@ class CpuBackend final : public Backend {
     std::vector<float> in, gate, up, out, scale;
   };
   MoeScratch moe_;
+  MoeCounts moe_counts_;
   cpu::SiluMulFn activation_kernel(GateActivation act) const;
   // One expert's products over m rows `in` into moe_.out [m, down.rows] (moe_.gate holds the
   // activation); with gate_of_output, also its product into moe_.scale [m].

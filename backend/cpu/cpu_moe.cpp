@@ -112,9 +112,11 @@ void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, cons
     for (int j = 0; j < n_used; j++) s.rows[(size_t)row[j]].push_back({t, row[n_used + j]});
   }
   std::fill(f32(out), f32(out) + n * out.cols, 0.0f);
+  moe_counts_.calls++;
   for (size_t ex = 0; ex < E; ex++) {
     const auto& rows = s.rows[ex];
     if (rows.empty()) continue;
+    moe_counts_.experts++;
     const int64_t m = (int64_t)rows.size();
     // The expert's input rows, side by side (a single row is read in place).
     const float* in = f32(x) + rows[0].first * D;
