@@ -112,6 +112,18 @@ def make_models(bin_dir, which):
         if not os.path.exists(path):
             sh([os.path.join(bin_dir, "llama-quantize"), f16, path, "Q4_0"], env=peer_env(bin_dir), stdout=subprocess.DEVNULL)
         out.append(("Qwen2.5-0.5B-shaped Q4_0 (random)", path))
+    if "qwen3-30b-a3b-q4_k_m" in which or "moe" in which:
+        # A mixture of experts with Qwen3-30B-A3B's layer geometry (2048 wide, 128 experts of
+        # 768, 8 used, 32/4 heads of 128) and 4 of its 48 layers: random weights written by the
+        # reference checks' family writer, quantized by the peer's own quantizer.
+        f16 = os.path.join(MODELS_DIR, "qwen3-30b-a3b-4l-f16.gguf")
+        if not os.path.exists(f16):
+            sh([sys.executable, os.path.join(ROOT, "tests", "reference", "family_gguf.py"), f16, "qwen3moe", "--shape",
+                "qwen3-30b-a3b", "--layers", "4", "--type", "f16"])
+        path = os.path.join(MODELS_DIR, "qwen3-30b-a3b-4l-q4_k_m.gguf")
+        if not os.path.exists(path):
+            sh([os.path.join(bin_dir, "llama-quantize"), f16, path, "Q4_K_M"], env=peer_env(bin_dir), stdout=subprocess.DEVNULL)
+        out.append(("Qwen3-30B-A3B-shaped Q4_K_M, 4 of 48 layers (random)", path))
     gen = os.path.join(SHARED, "tools", "make_gguf.py")
     for shape, qtype, label in (("smollm2-135m", "Q8_0", "SmolLM2-135M-shaped Q8_0 (random)"),
                                 ("smollm2-135m", "F16", "SmolLM2-135M-shaped F16 (random)"),
@@ -163,7 +175,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--models", default="all", help="all, or a comma list of: real, gemma3, qwen2.5-0.5b-q4_0, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0")
+    ap.add_argument("--models", default="all", help="all, or a comma list of: real, gemma3, qwen2.5-0.5b-q4_0, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0, "
+                    "qwen3-30b-a3b-q4_k_m (or moe: the mixtures of experts; not in all)")
     ap.add_argument("--depth", type=int, default=0, help="context tokens prefilled (untimed) before each test, both tools' -d")
     ap.add_argument("--peer-bin", help="folder holding a built llama-bench and llama-quantize")
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))

@@ -25,6 +25,12 @@ MODELS = {
     # Real shape but a 32-token window (the real 512 is out of reach of a 96-token check), so the
     # local layers' window and the global layers (5, 11, 17) both shape the answer.
     "gemma3_random": dict(recipe=dict(family="gemma3", shape="gemma3-270m", type="q8_0", seed=0, window=32), n=48),
+    # Mixtures of experts, tiny shapes (8 experts, 2-4 used; a real shape's expert tensors are
+    # gigabytes): routing, renormalising or not, the shared expert, Mixtral's llama layout.
+    "qwen3moe": dict(recipe=dict(family="qwen3moe", shape="tiny", type="q8_0", seed=0), n=48),
+    "olmoe": dict(recipe=dict(family="olmoe", shape="tiny", type="q8_0", seed=0), n=48),
+    "qwen2moe": dict(recipe=dict(family="qwen2moe", shape="tiny", type="q8_0", seed=0), n=48),
+    "mixtral": dict(recipe=dict(family="mixtral", shape="tiny", type="q8_0", seed=0), n=48),
     "granite": dict(recipe=dict(family="granite", shape="granite-3.1-2b", type="q4_0", seed=0), n=48, opt_in=True),
     "phi3": dict(recipe=dict(family="phi3", shape="phi3-mini", type="q4_0", seed=0), n=48, opt_in=True),
 }
