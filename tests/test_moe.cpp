@@ -136,6 +136,37 @@ TEST(MoeModel, ContinuousBatchingMatchesEachAlone) {
   for (size_t i = 0; i < prompts.size(); i++) EXPECT_EQ(c.tokens[ids[i]], alone[i]) << "prompt " << i;
 }
 
+// Lookup speculation (verify passes of 1 + k rows routed at once) and preemption in a pool too
+// small for every sequence (recomputed prefixes) change no greedy token of an MoE model.
+TEST(MoeModel, SpeculationAndPreemptionKeepGreedyTokens) {
+  auto m = load(moe_shape(), false, DType::Q8_0);
+  ASSERT_TRUE(m);
+  const Tokens prompt = repetitive_prompt(2);
+  const Generated plain = generate(*m, prompt, 24, {}), drafted = generate(*m, prompt, 24, lookup(4));
+  EXPECT_EQ(drafted.tokens, plain.tokens);
+  EXPECT_GT(drafted.stats.n_drafted, 0);
+
+  const std::vector<Tokens> prompts = {repetitive_prompt(1), repetitive_prompt(3), {9, 8, 7, 6, 5, 4, 3, 2, 1, 9, 8, 7}};
+  std::vector<Tokens> alone;
+  for (const Tokens& p : prompts) alone.push_back(generate(*m, p, 20, {}).tokens);
+  auto pool = pool_for(*m, 24, 4);  // 96 positions: less than the three sequences' 147
+  Scheduler s(*m, *pool);
+  Collected c;
+  std::vector<int64_t> ids;
+  for (const Tokens& p : prompts) {
+    RequestParams r;
+    r.prompt = p;
+    r.max_tokens = 20;
+    r.sampling.temperature = 0;
+    auto id = s.add(r, c.callback());
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    ids.push_back(id.value());
+  }
+  run_all(s);
+  EXPECT_GT(s.stats().preemptions, 0);
+  for (size_t i = 0; i < prompts.size(); i++) EXPECT_EQ(c.tokens[ids[i]], alone[i]) << "prompt " << i;
+}
+
 TEST(MoeModel, BrokenFilesNameWhatIsWrong) {
   auto error_of = [](const test::TinyShape& s, auto edit) {
     auto bytes = test::tiny_model_bytes(s);
