@@ -101,22 +101,31 @@ class CpuBackend final : public Backend {
   std::unique_ptr<cpu::WorkTeam> team_;  // see team()
   // gather_columns' rank-major blocks and counts, kept between calls (4 gathers a layer).
   std::vector<float> gathered_;
-  // moe_ffn's rows of each expert, (row, weight), and the buffers its products run in: kept
-  // between calls, so a decode step does not allocate (cpu_moe.cpp).
+  // One expert's buffers: its gathered input rows, gate and up (the activation lands in gate),
+  // and its gate-of-output's products.
+  struct ExpertBuffers {
+    std::vector<float> in, gate, up, scale;
+  };
+  // moe_ffn's rows of each expert, (row, weight); the experts chosen and where each one's
+  // output rows start in ys: kept between calls, so a decode step does not allocate.
   struct MoeScratch {
     std::vector<std::vector<std::pair<int64_t, float>>> rows;
-    std::vector<float> in, gate, up, out, scale;
+    std::vector<int> used;
+    std::vector<int64_t> first;
+    std::vector<float> ys;
+    ExpertBuffers buffers;
   };
   MoeScratch moe_;
   MoeCounts moe_counts_;
   cpu::SiluMulFn activation_kernel(GateActivation act) const;
-  // One expert's products over m rows `in` into moe_.out [m, down.rows] (moe_.gate holds the
-  // activation); with gate_of_output, also its product into moe_.scale [m].
   struct ExpertBias {  // an expert's rows of ExpertWeights' biases (null: none)
     const float *gate = nullptr, *up = nullptr, *down = nullptr;
   };
-  void expert_products(const float* in, int64_t m, const Weight& gate, const Weight& up, const Weight& down,
-                       GateActivation act, const Weight* gate_of_output, const ExpertBias& bias);
+  // One expert's products over m rows `in` into out [m, down.rows] (b.gate holds the
+  // activation); with gate_of_output, also its product into b.scale [m].
+  void expert_products(ExpertBuffers& b, const float* in, int64_t m, const Weight& gate, const Weight& up,
+                       const Weight& down, GateActivation act, const Weight* gate_of_output, const ExpertBias& bias,
+                       float* out);
   std::vector<size_t> gather_counts_;
 };
 

@@ -75,13 +75,12 @@ void CpuBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, con
   }
 }
 
-void CpuBackend::expert_products(const float* in, int64_t m, const Weight& gate, const Weight& up, const Weight& down,
-                                 GateActivation act, const Weight* gate_of_output, const ExpertBias& bias) {
-  MoeScratch& s = moe_;
+void CpuBackend::expert_products(ExpertBuffers& s, const float* in, int64_t m, const Weight& gate, const Weight& up,
+                                 const Weight& down, GateActivation act, const Weight* gate_of_output,
+                                 const ExpertBias& bias, float* out) {
   const int64_t F = gate.rows;
   s.gate.resize((size_t)(m * F));
   s.up.resize((size_t)(m * F));
-  s.out.resize((size_t)(m * down.rows));
   s.scale.resize((size_t)m);
   cpu::Projection first[3] = {{&matrix(gate), s.gate.data()}, {&matrix(up), s.up.data()}, {}};
   if (gate_of_output) first[2] = {&matrix(*gate_of_output), s.scale.data()};
@@ -94,10 +93,10 @@ void CpuBackend::expert_products(const float* in, int64_t m, const Weight& gate,
       activate(s.gate.data() + i * F, s.up.data() + i * F, F);
     }
   });
-  const cpu::Projection second[1] = {{&matrix(down), s.out.data()}};
+  const cpu::Projection second[1] = {{&matrix(down), out}};
   cpu::matmul_group(second, s.gate.data(), m, kernels_);
   if (bias.down)
-    for (int64_t i = 0; i < m; i++) cpu::add_inplace(s.out.data() + i * down.rows, bias.down, down.rows);
+    for (int64_t i = 0; i < m; i++) cpu::add_inplace(out + i * down.rows, bias.down, down.rows);
 }
 
 void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
@@ -111,37 +110,59 @@ void CpuBackend::moe_ffn(const Tensor& x, const Tensor& routes, int n_used, cons
     const float* row = f32(routes) + t * routes.cols;
     for (int j = 0; j < n_used; j++) s.rows[(size_t)row[j]].push_back({t, row[n_used + j]});
   }
-  std::fill(f32(out), f32(out) + n * out.cols, 0.0f);
+  // The chosen experts, and where each one's output rows start in s.ys.
+  s.used.clear();
+  s.first.assign(E, 0);
+  int64_t total = 0;
+  for (size_t ex = 0; ex < E; ex++)
+    if (!s.rows[ex].empty()) s.used.push_back((int)ex), s.first[ex] = total, total += (int64_t)s.rows[ex].size();
+  s.ys.resize((size_t)(total * D));
   moe_counts_.calls++;
-  for (size_t ex = 0; ex < E; ex++) {
+  moe_counts_.experts += (int64_t)s.used.size();
+  // One expert's products over its rows (gathered side by side; a single row is read in place).
+  auto run_expert = [&](ExpertBuffers& b, size_t ex) {
     const auto& rows = s.rows[ex];
-    if (rows.empty()) continue;
-    moe_counts_.experts++;
     const int64_t m = (int64_t)rows.size();
-    // The expert's input rows, side by side (a single row is read in place).
     const float* in = f32(x) + rows[0].first * D;
     if (m > 1) {
-      s.in.resize((size_t)(m * D));
-      for (int64_t i = 0; i < m; i++) std::copy_n(f32(x) + rows[(size_t)i].first * D, D, s.in.data() + i * D);
-      in = s.in.data();
+      b.in.resize((size_t)(m * D));
+      for (int64_t i = 0; i < m; i++) std::copy_n(f32(x) + rows[(size_t)i].first * D, D, b.in.data() + i * D);
+      in = b.in.data();
     }
     auto row_of = [&](const Tensor* t) { return t ? f32(*t) + (int64_t)ex * t->cols : nullptr; };
-    expert_products(in, m, e.gate[ex], e.up[ex], e.down[ex], act, nullptr,
-                    ExpertBias{row_of(e.gate_bias), row_of(e.up_bias), row_of(e.down_bias)});
-    for (int64_t i = 0; i < m; i++) {
-      const auto [t, w] = rows[(size_t)i];
+    expert_products(b, in, m, e.gate[ex], e.up[ex], e.down[ex], act, nullptr,
+                    ExpertBias{row_of(e.gate_bias), row_of(e.up_bias), row_of(e.down_bias)}, s.ys.data() + s.first[ex] * D);
+  };
+  // Enough experts to go round: each thread runs whole experts, one op for the layer (decode's
+  // 8 experts are 8 small products each, whose own ops would cost more in waits than work).
+  // Fewer: each expert's products are shared out over the team. Either way each float comes
+  // from the same tiles, so the outputs are the same.
+  if ((int64_t)s.used.size() >= 2 * (int64_t)threads_) {
+    cpu::parallel_for((int64_t)s.used.size(), cpu::Split{1, 0}, [&](int64_t b, int64_t end, int) {
+      thread_local ExpertBuffers own;
+      for (int64_t u = b; u < end; u++) run_expert(own, (size_t)s.used[(size_t)u]);
+    });
+  } else {
+    for (int ex : s.used) run_expert(s.buffers, (size_t)ex);
+  }
+  // Each row's weighted sum, experts in id order.
+  std::fill(f32(out), f32(out) + n * out.cols, 0.0f);
+  for (int ex : s.used)
+    for (size_t i = 0; i < s.rows[(size_t)ex].size(); i++) {
+      const auto [t, w] = s.rows[(size_t)ex][i];
       float* dst = f32(out) + t * out.cols;
-      const float* y = s.out.data() + i * D;
+      const float* y = s.ys.data() + (s.first[(size_t)ex] + (int64_t)i) * D;
       for (int64_t c = 0; c < D; c++) dst[c] += w * y[c];
     }
-  }
   if (!e.shared_gate) return;
   // The shared expert runs every row, its output scaled by its gate's sigmoid.
-  expert_products(f32(x), n, *e.shared_gate, *e.shared_up, *e.shared_down, act, e.shared_router, ExpertBias{});
+  s.ys.resize((size_t)(n * D));
+  expert_products(s.buffers, f32(x), n, *e.shared_gate, *e.shared_up, *e.shared_down, act, e.shared_router, ExpertBias{},
+                  s.ys.data());
   for (int64_t t = 0; t < n; t++) {
-    const float g = e.shared_router ? 1.0f / (1.0f + std::exp(-s.scale[(size_t)t])) : 1.0f;
+    const float g = e.shared_router ? 1.0f / (1.0f + std::exp(-s.buffers.scale[(size_t)t])) : 1.0f;
     float* dst = f32(out) + t * out.cols;
-    const float* y = s.out.data() + t * D;
+    const float* y = s.ys.data() + t * D;
     for (int64_t c = 0; c < D; c++) dst[c] += g * y[c];
   }
 }
