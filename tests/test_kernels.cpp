@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <vector>
 
@@ -19,33 +18,18 @@
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
+#include "quant_vectors.h"
 
 namespace tandem::cpu {
 namespace {
 
-struct QuantVector {
-  DType type;
-  std::vector<uint8_t> raw;
-  std::vector<float> values;  // as the gguf Python package decodes them
-};
+using test::QuantVector;
 
-
-std::vector<QuantVector> load_vectors() {
-  std::ifstream f(std::string(TANDEM_SOURCE_DIR) + "/tests/data/quant_vectors.bin", std::ios::binary);
-  std::vector<QuantVector> out;
-  uint32_t hdr[3];
-  while (f.read(reinterpret_cast<char*>(hdr), sizeof(hdr))) {
-    QuantVector v{static_cast<DType>(hdr[0]), std::vector<uint8_t>(hdr[2]), std::vector<float>(hdr[1])};
-    f.read(reinterpret_cast<char*>(v.raw.data()), hdr[2]);
-    f.read(reinterpret_cast<char*>(v.values.data()), hdr[1] * 4);
-    out.push_back(std::move(v));
-  }
-  return out;
-}
+std::vector<QuantVector> load_vectors() { return test::load_quant_vectors("quant_vectors.bin"); }
 
 TEST(Kernels, DequantizeMatchesGgufPackage) {
   const auto vectors = load_vectors();
-  ASSERT_EQ(vectors.size(), 11u) << "tests/data/quant_vectors.bin missing or short";
+  ASSERT_EQ(vectors.size(), 12u) << "tests/data/quant_vectors.bin missing or short";
   for (const auto& v : vectors) {
     std::vector<float> got(v.values.size());
     ASSERT_TRUE(dequantize_row(v.type, v.raw.data(), got.data(), (int64_t)got.size())) << dtype_name(v.type);
@@ -434,11 +418,7 @@ TEST(Kernels, QuantProductsMatchFloat64OverDequantizedWeights) {
           matmul(w, X.data(), n, Y.data(), k);
           for (int64_t j = 0; j < n; j++)
             for (int64_t r = 0; r < rows; r++) {
-              double ref = 0, mag = 0;
-              for (int64_t c = 0; c < cols; c++) {
-                ref += (double)wf[r * cols + c] * X[j * cols + c];
-                mag += std::fabs((double)wf[r * cols + c] * X[j * cols + c]);
-              }
+              const auto [ref, mag] = test::dot64(wf.data() + r * cols, X.data() + j * cols, cols);
               ASSERT_NEAR(Y[j * rows + r], ref, (int8 ? 0.02 : 1e-5) * mag + 1e-6)
                   << dtype_name(t) << " " << isa_name(isa) << (int8 ? " 8-bit" : " exact") << " row " << r << " token " << j;
             }
