@@ -72,7 +72,8 @@ void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act
   const int64_t nb = cols / kQK;
   // MXFP4: each code's value + 12 (0..24), looked up in every 128-bit lane.
   const __m512i values = _mm512_add_epi8(
-      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))), _mm512_set1_epi8(kShift));
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))),
+      _mm512_set1_epi8(packed_shift(DType::MXFP4)));
   __m512 acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
