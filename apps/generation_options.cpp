@@ -28,7 +28,7 @@ void ModelLoadOptions::add_to(CLI::App* sub) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   sub->add_option("-t,--threads", threads, "threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--isa", isa, "kernel level: auto | avx512 | avx2 | scalar");
-  sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights (fast, llama.cpp's numerics); f32: exact products")
+  sub->add_option("--activations", activations, "q8: 8-bit activations for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4 weights (fast, llama.cpp's numerics); f32: exact products")
       ->check(CLI::IsMember({"q8", "f32"}));
   sub->add_option("--exact-products", exact_products,
                   "with q8: comma-separated tensor name parts whose products keep f32 activations (e.g. output,ffn_down); "

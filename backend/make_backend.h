@@ -21,7 +21,7 @@ struct BackendChoice {
   // The CPU's options (device "cpu", or "auto" without a GPU).
   int threads = 0;                     // 0: every core (OMP_NUM_THREADS when set)
   std::string isa = "auto";            // "scalar" | "avx2" | "avx512" | "auto"
-  bool quantized_activations = true;   // 8-bit activations for Q4_0/Q4_1/Q8_0 products
+  bool quantized_activations = true;   // 8-bit activations for the quant types' products (quant_dot.h)
   std::vector<std::string> exact_products;  // weights whose products keep f32 activations (CPU)
   // The GPU's options.
   int cuda_device = 0;

@@ -27,6 +27,10 @@ std::vector<uint8_t> random_row(DType t, int64_t cols, std::mt19937& rng) {
   const auto info = *dtype_info((uint32_t)t);
   std::vector<uint8_t> row(cols / info.block_elems * info.block_bytes);
   for (auto& b : row) b = (uint8_t)rng();
+  if (t == DType::MXFP4) {  // E8M0 scale bytes: 2^-8
+    for (size_t at = 0; at < row.size(); at += info.block_bytes) row[at] = 120;
+    return row;
+  }
   // Keep fp16 scales small and finite: a block's scale is its first two bytes (Q6_K: last two).
   const size_t d_at = t == DType::Q6_K ? info.block_bytes - 2 : 0;
   for (size_t at = d_at; at + 1 < row.size(); at += info.block_bytes) row[at] = 0x00, row[at + 1] = 0x20;
@@ -234,19 +238,19 @@ int register_all() {
   for (Isa isa : supported_isas()) {
     const std::string at = std::string("/") + std::string(isa_name(isa));
     for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
-                    DType::Q6_K}) {
+                    DType::Q6_K, DType::MXFP4}) {
       const std::string name(dtype_name(t));
       benchmark::RegisterBenchmark(("quant_dot/" + name + at).c_str(), BM_QuantDot, t, isa);
       if (kernels_for(isa).quant_dot4(t)) benchmark::RegisterBenchmark(("quant_dot4/" + name + at).c_str(), BM_QuantDot4, t, isa);
       if (kernels_for(isa).packed(t)) {
         benchmark::RegisterBenchmark(("packed_16x8/" + name + at).c_str(), BM_PackedGemm, t, isa, 8);
         benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
-        if (t == DType::Q4_0 || t == DType::Q6_K)
+        if (t == DType::Q4_0 || t == DType::Q6_K || t == DType::MXFP4)
           benchmark::RegisterBenchmark(("packed_stream/" + name + at).c_str(), BM_PackedStream, t, isa)
               ->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
       }
     }
-    for (DType t : {DType::F16, DType::Q4_1, DType::Q8_0, DType::Q6_K})
+    for (DType t : {DType::F16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K, DType::MXFP4})
       benchmark::RegisterBenchmark(("row_dot/" + std::string(dtype_name(t)) + at).c_str(), BM_RowDot, t, isa);
     if (kernels_for(isa).row_dot_tokens(DType::Q8_0))
       for (int tokens : {1, 2, 5, 8})

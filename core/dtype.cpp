@@ -24,6 +24,7 @@ std::optional<DTypeInfo> dtype_info(uint32_t id) {
     case DType::I32: return DTypeInfo{"I32", 1, 4, false};
     case DType::I64: return DTypeInfo{"I64", 1, 8, false};
     case DType::F64: return DTypeInfo{"F64", 1, 8, false};
+    case DType::MXFP4: return DTypeInfo{"MXFP4", 32, 17, true};
   }
   return std::nullopt;
 }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <vector>
 
@@ -19,33 +18,18 @@
 #include "kernels/cpu/packed_quant.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_dot.h"
+#include "quant_vectors.h"
 
 namespace tandem::cpu {
 namespace {
 
-struct QuantVector {
-  DType type;
-  std::vector<uint8_t> raw;
-  std::vector<float> values;  // as the gguf Python package decodes them
-};
+using test::QuantVector;
 
-
-std::vector<QuantVector> load_vectors() {
-  std::ifstream f(std::string(TANDEM_SOURCE_DIR) + "/tests/data/quant_vectors.bin", std::ios::binary);
-  std::vector<QuantVector> out;
-  uint32_t hdr[3];
-  while (f.read(reinterpret_cast<char*>(hdr), sizeof(hdr))) {
-    QuantVector v{static_cast<DType>(hdr[0]), std::vector<uint8_t>(hdr[2]), std::vector<float>(hdr[1])};
-    f.read(reinterpret_cast<char*>(v.raw.data()), hdr[2]);
-    f.read(reinterpret_cast<char*>(v.values.data()), hdr[1] * 4);
-    out.push_back(std::move(v));
-  }
-  return out;
-}
+std::vector<QuantVector> load_vectors() { return test::load_quant_vectors("quant_vectors.bin"); }
 
 TEST(Kernels, DequantizeMatchesGgufPackage) {
   const auto vectors = load_vectors();
-  ASSERT_EQ(vectors.size(), 11u) << "tests/data/quant_vectors.bin missing or short";
+  ASSERT_EQ(vectors.size(), 12u) << "tests/data/quant_vectors.bin missing or short";
   for (const auto& v : vectors) {
     std::vector<float> got(v.values.size());
     ASSERT_TRUE(dequantize_row(v.type, v.raw.data(), got.data(), (int64_t)got.size())) << dtype_name(v.type);
@@ -217,13 +201,13 @@ TEST(Kernels, MatmulEqualsMatvecPerToken) {
 }
 
 // The quant types with packed 8-bit-activation kernels.
-constexpr DType kPackedQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                       DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kPackedQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                                       DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
 bool is_super_block(DType t) { return dtype_info((uint32_t)t)->block_elems == 256; }
 
 // Random GGUF-layout rows of a quant type: fp16 scales (and offsets, mins) in +-0.02, random
-// quant bytes (and random sub-block scales).
+// quant bytes (and random sub-block scales); MXFP4: E8M0 scales 2^-10 .. 2^-4.
 std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   const size_t rb = tandem::row_bytes(*dtype_info((uint32_t)t), cols);
   std::vector<uint8_t> raw(rows * rb);
@@ -234,6 +218,10 @@ std::vector<uint8_t> random_quant_rows(DType t, int64_t rows, int64_t cols, std:
   // Q4_1/Q5_1 offsets and Q4_K/Q5_K min scales follow d.
   const bool second = t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K;
   for (size_t off = 0; off < raw.size(); off += block) {
+    if (t == DType::MXFP4) {
+      raw[off] = (uint8_t)(118 + rng() % 7);
+      continue;
+    }
     const uint16_t d = fp32_to_fp16(scale(rng)), m = fp32_to_fp16(scale(rng));
     std::memcpy(&raw[off + d_at], &d, 2);
     if (second) std::memcpy(&raw[off + 2], &m, 2);
@@ -344,8 +332,9 @@ TEST(Kernels, PackedGemmExactAcrossTokenCountsAndIsas) {
 }
 
 // The largest products the integer paths can meet (Q8_0 weights of -128 and 127, Q4 nibbles
-// of 15, Q5 quants of 31, Q6_K quants of 63 with scales of -128 and 127, activations of
-// +-127): the AVX2 kernels sum byte pairs in int16 (VPMADDUBSW) and must not saturate anywhere.
+// of 15, Q5 quants of 31, Q6_K quants of 63 with scales of -128 and 127, MXFP4 values of 12
+// and -12 (stored 24 and 0), activations of +-127): the AVX2 kernels sum byte pairs in int16
+// (VPMADDUBSW) and must not saturate anywhere.
 TEST(Kernels, PackedGemmExactAtExtremeValues) {
   for (DType t : kPackedQuantTypes) {
     const int64_t rows = 16, cols = 512, nb = cols / 32;
@@ -375,6 +364,13 @@ TEST(Kernels, PackedGemmExactAtExtremeValues) {
         continue;
       }
       const size_t block = rb / nb;
+      if (t == DType::MXFP4) {  // codes 7 (12) or 15 (-12) in every nibble
+        for (int64_t b = 0; b < nb; b++) {
+          row[b * block] = 120;
+          std::memset(row + b * block + 1, r % 2 ? 0x77 : 0xFF, block - 1);
+        }
+        continue;
+      }
       for (int64_t b = 0; b < nb; b++) {
         uint8_t* blk = row + b * block;
         std::memcpy(blk, &d, 2);
@@ -434,11 +430,7 @@ TEST(Kernels, QuantProductsMatchFloat64OverDequantizedWeights) {
           matmul(w, X.data(), n, Y.data(), k);
           for (int64_t j = 0; j < n; j++)
             for (int64_t r = 0; r < rows; r++) {
-              double ref = 0, mag = 0;
-              for (int64_t c = 0; c < cols; c++) {
-                ref += (double)wf[r * cols + c] * X[j * cols + c];
-                mag += std::fabs((double)wf[r * cols + c] * X[j * cols + c]);
-              }
+              const auto [ref, mag] = test::dot64(wf.data() + r * cols, X.data() + j * cols, cols);
               ASSERT_NEAR(Y[j * rows + r], ref, (int8 ? 0.02 : 1e-5) * mag + 1e-6)
                   << dtype_name(t) << " " << isa_name(isa) << (int8 ? " 8-bit" : " exact") << " row " << r << " token " << j;
             }

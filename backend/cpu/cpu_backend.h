@@ -24,8 +24,9 @@ struct WeightMatrix;
 struct CpuBackendOptions {
   cpu::Isa isa = cpu::best_isa();
   int threads = 0;  // 0: OpenMP's default (OMP_NUM_THREADS, else every core)
-  // 8-bit activations for Q4_0/Q4_1/Q8_0 weights (llama.cpp's numerics, faster); false keeps
-  // every product in float, which reference checks use.
+  // 8-bit activations for the quant types' weights (kernels/cpu/quant_dot.h: Q4_0 .. Q6_K,
+  // MXFP4; llama.cpp's numerics, faster); false keeps every product in float, which reference
+  // checks use.
   bool quantized_activations = true;
   // With 8-bit activations, the products of weights named by one of these still run on f32
   // activations: the few that cost the most accuracy for their share of the time (tandem

@@ -196,8 +196,8 @@ Result<KvStore> CudaBackend::new_kv_store(DType dtype, int n_layer, int block_to
   return kv;
 }
 
-// A weight of a type with no CUDA kernel (Q5_0, Q5_1, Q5_K): its rows decoded on the host by
-// the CPU's reference dequantizer and rounded to F16, which the device multiplies.
+// A weight of a type with no CUDA kernel (Q5_0, Q5_1, Q5_K, MXFP4): its rows decoded on the
+// host by the CPU's reference dequantizer and rounded to F16, which the device multiplies.
 static Result<std::vector<uint16_t>> decode_to_f16(const WeightSource& src) {
   std::vector<uint16_t> f16((size_t)src.rows * (size_t)src.cols);
   std::vector<float> row((size_t)src.cols);

@@ -124,6 +124,16 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
+void dequant_mxfp4(const BlockMxfp4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, y += kQK) {
+    const float d = mxfp4_scale(b[i].e);
+    for (int j = 0; j < kQK / 2; j++) {
+      y[j] = d * kMxfp4Values[b[i].qs[j] & 0xF];
+      y[j + kQK / 2] = d * kMxfp4Values[b[i].qs[j] >> 4];
+    }
+  }
+}
+
 }  // namespace
 
 bool dequantize_row(DType type, const void* src, float* dst, int64_t n) {
@@ -147,6 +157,7 @@ bool dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K); return true;
     case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, n / kQK_K); return true;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQK_K); return true;
+    case DType::MXFP4: dequant_mxfp4(static_cast<const BlockMxfp4*>(src), dst, n / kQK); return true;
     default: return false;
   }
 }

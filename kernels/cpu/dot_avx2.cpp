@@ -116,21 +116,30 @@ void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_to
     });
 }
 
-// Sum over one 32-element block of nibble quants q (low nibbles = elements 0..15) times x,
-// plus the block's sum of x (needed by the Q4_1 offset term).
-inline __m256 nibble_block_dot(const uint8_t* qs, const float* x, __m256 bias, __m256* xsum) {
+// Sum over one 32-element block of 4-bit codes (low nibbles = elements 0..15) times x, each
+// code's 16 bytes (low nibbles, then high) widened to floats by widen(8 bytes); and the
+// block's sum of x (needed by the Q4_1 offset term). decode(16 nibbles) maps the codes to
+// bytes first (MXFP4: their values).
+template <typename Decode, typename Widen>
+inline __m256 nibble_block_dot(const uint8_t* qs, const float* x, Decode decode, Widen widen, __m256* xsum) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(q, mask);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+  const __m128i lo = decode(_mm_and_si128(q, mask));
+  const __m128i hi = decode(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
   const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
   const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
-  __m256 s = _mm256_mul_ps(_mm256_add_ps(u8x8_to_ps(lo), bias), x0);
-  s = _mm256_fmadd_ps(_mm256_add_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), bias), x1, s);
-  s = _mm256_fmadd_ps(_mm256_add_ps(u8x8_to_ps(hi), bias), x2, s);
-  s = _mm256_fmadd_ps(_mm256_add_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), bias), x3, s);
+  __m256 s = _mm256_mul_ps(widen(lo), x0);
+  s = _mm256_fmadd_ps(widen(_mm_srli_si128(lo, 8)), x1, s);
+  s = _mm256_fmadd_ps(widen(hi), x2, s);
+  s = _mm256_fmadd_ps(widen(_mm_srli_si128(hi, 8)), x3, s);
   if (xsum) *xsum = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
   return s;
+}
+
+// Q4_0/Q4_1's codes are their values (Q4_0 less 8: bias).
+inline __m256 nibble_block_dot(const uint8_t* qs, const float* x, __m256 bias, __m256* xsum) {
+  return nibble_block_dot(
+      qs, x, [](__m128i c) { return c; }, [&](__m128i b) { return _mm256_add_ps(u8x8_to_ps(b), bias); }, xsum);
 }
 
 float dot_q4_0_row(const void* row, const float* x, int64_t n) {
@@ -153,6 +162,18 @@ float dot_q4_1_row(const void* row, const float* x, int64_t n) {
     accm = _mm256_fmadd_ps(_mm256_set1_ps(half(b[i].m)), xs, accm);
   }
   return hsum(_mm256_add_ps(acc, accm));
+}
+
+// MXFP4: each code's int8 value (a byte shuffle), times the block's power-of-two scale.
+float dot_mxfp4_row(const void* row, const float* x, int64_t n) {
+  const auto* b = static_cast<const BlockMxfp4*>(row);
+  const __m128i values = _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+  auto decode = [&](__m128i codes) { return _mm_shuffle_epi8(values, codes); };
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; i++, x += kQK)
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(mxfp4_scale(b[i].e)), nibble_block_dot(b[i].qs, x, decode, i8x8_to_ps, nullptr),
+                          acc);
+  return hsum(acc);
 }
 
 // Q6_K fused: the 6-bit quants of each 128-element half are rebuilt (avx2::unpack_q6_k_half)
@@ -324,6 +345,7 @@ void fill_dot_avx2(CpuKernels& k) {
   k.row_dot.set(DType::Q4_K, dot_decoded_row<DType::Q4_K>);
   k.row_dot.set(DType::Q5_K, dot_decoded_row<DType::Q5_K>);
   k.row_dot.set(DType::Q6_K, dot_q6_k_row);
+  k.row_dot.set(DType::MXFP4, dot_mxfp4_row);
   k.row_dot_tokens.set(DType::Q8_0, dot_q8_0_tokens);
   k.axpy.set(DType::F32, axpy_f32);
   k.axpy.set(DType::F16, axpy_f16);

@@ -1,6 +1,7 @@
 // AVX-512 float kernels (compiled with -mavx512f): the prefill register tile at 16 lanes, the
-// q8_0 KV row quantizer (the AVX2 one's steps, two vectors a block), and the Q8_0 row dot with
-// float activations for one or several tokens (the exact output head of small models).
+// q8_0 KV row quantizer (the AVX2 one's steps, two vectors a block), the Q8_0 row dot with
+// float activations for one or several tokens (the exact output head of small models), and the
+// MXFP4 row dot.
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/kernel_table.h"
 
@@ -96,6 +97,33 @@ void dot_q8_0_tokens(const void* row, const float* x, int64_t x_stride, int n_to
     });
 }
 
+// An MXFP4 row with float activations: each block's 16 low and 16 high codes looked up as int8
+// values (a byte shuffle), widened to two vectors and scaled once; blocks alternate between two
+// accumulators, as the Q8_0 kernel's.
+inline __m512 mxfp4_block(const BlockMxfp4& blk, const float* x, __m128i values, __m512 acc) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs)), mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_shuffle_epi8(values, _mm_and_si128(q, mask));
+  const __m128i hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q, 4), mask));
+  const __m512 d = _mm512_set1_ps(mxfp4_scale(blk.e));
+  const __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+  const __m512 w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+  return _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc));
+}
+
+float dot_mxfp4_row(const void* row, const float* x, int64_t n) {
+  const auto* b = static_cast<const BlockMxfp4*>(row);
+  const __m128i values = _mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
+  __m512 even = _mm512_setzero_ps(), odd = _mm512_setzero_ps();
+  const int64_t blocks = n / kQK;
+  int64_t i = 0;
+  for (; i + 2 <= blocks; i += 2) {
+    even = mxfp4_block(b[i], x + i * kQK, values, even);
+    odd = mxfp4_block(b[i + 1], x + (i + 1) * kQK, values, odd);
+  }
+  if (i < blocks) even = mxfp4_block(b[i], x + i * kQK, values, even);
+  return _mm512_reduce_add_ps(_mm512_add_ps(even, odd));
+}
+
 void f32_tile_avx512(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t n, float* out) {
   __m512 acc[2][4];
   for (auto& row : acc)
@@ -125,6 +153,7 @@ void fill_dot_avx512(CpuKernels& k) {
   k.quantize_q8_0 = quantize_q8_0_avx512;
   k.row_dot.set(DType::Q8_0, dot_q8_0_row);
   k.row_dot_tokens.set(DType::Q8_0, dot_q8_0_tokens);
+  k.row_dot.set(DType::MXFP4, dot_mxfp4_row);
 }
 
 }  // namespace tandem::cpu

@@ -27,7 +27,7 @@ void by_token_count(const uint8_t* group, int64_t cols, const X* x, int64_t x_st
 }
 
 // The packed 8-bit kernels (packed_quant.h) of NT tokens: packed_quant_avx2.cpp and
-// packed_quant_avx512.cpp define gemm (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), gemm_kquant (Q4_K, Q5_K)
+// packed_quant_avx512.cpp define gemm (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4), gemm_kquant (Q4_K, Q5_K)
 // and gemm_q6_k.
 struct PackedQuantLoops {
   template <DType T, int NT>
@@ -57,7 +57,7 @@ void fill_packed_types(CpuKernels& k) {
 
 inline void fill_packed_quant(CpuKernels& k) {
   fill_packed_types<DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
-                    DType::Q6_K>(k);
+                    DType::Q6_K, DType::MXFP4>(k);
 }
 
 // The packed float kernel (packed_float.h) of type T (F16, BF16) for NT tokens, for a level

@@ -38,7 +38,7 @@ void fill_scalar(CpuKernels& k) {
   k.dot_f32 = f32_dot_scalar;
   k.tile_f32 = f32_tile_scalar;
   fill_by_type<DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-               DType::Q4_K, DType::Q5_K, DType::Q6_K>(k);
+               DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4>(k);
   // The KV cache: stores and attention's value sums.
   k.f32_to_f16 = f32_to_f16_scalar;
   k.quantize_q8_0 = quantize_q8_0_scalar;
@@ -48,10 +48,11 @@ void fill_scalar(CpuKernels& k) {
   // Products with 8-bit activations.
   k.quantize_act = quantize_act_scalar;
   fill_quant_by_type<DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
-                     DType::Q6_K>(k);
+                     DType::Q6_K, DType::MXFP4>(k);
   k.act8.quant_dot4.set(DType::Q4_0, quant_dot4_scalar_t<DType::Q4_0>);
   k.act8.quant_dot4.set(DType::Q4_1, quant_dot4_scalar_t<DType::Q4_1>);
   k.act8.quant_dot4.set(DType::Q8_0, quant_dot4_scalar_t<DType::Q8_0>);
+  k.act8.quant_dot4.set(DType::MXFP4, quant_dot4_scalar_t<DType::MXFP4>);
   // Gated activations.
   k.silu_mul = silu_mul;
   k.gelu_tanh_mul = gelu_tanh_mul;

@@ -42,7 +42,7 @@ class ByType {
   [[gnu::always_inline]] void set(DType t, Fn f) { fn_[static_cast<uint32_t>(t)] = f; }
 
  private:
-  static constexpr uint32_t kSlots = static_cast<uint32_t>(DType::BF16) + 1;  // the largest id with kernels
+  static constexpr uint32_t kSlots = static_cast<uint32_t>(DType::MXFP4) + 1;  // the largest id with kernels
   Fn fn_[kSlots] = {};
 };
 
@@ -66,8 +66,9 @@ class AttendHeadsByShape {
 
 struct CpuKernels {
   Isa isa = Isa::Scalar;
-  // false: every product in float (exact, for reference checks); true: Q4_0/Q4_1/Q8_0 weights
-  // multiply 8-bit-quantized activations, as llama.cpp does (faster).
+  // false: every product in float (exact, for reference checks); true: the weight types of
+  // quant_dot.h (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4) multiply
+  // 8-bit-quantized activations, as llama.cpp does (faster).
   bool quantized_activations = true;
 
   F32DotFn dot_f32 = nullptr;

@@ -17,7 +17,7 @@ namespace {
 
 // Scale, offset and the 32 elements' stored bytes of block b of one GGUF row.
 struct RawBlock {
-  uint16_t d = 0, m = 0;
+  uint16_t d = 0, m = 0;  // MXFP4: d is the E8M0 byte
   const uint8_t* qs = nullptr;  // Q8_0: 32 signed bytes; Q4/Q5: 16 nibble pairs
   const uint8_t* qh = nullptr;  // Q5: the 32 fifth bits
 };
@@ -39,6 +39,10 @@ RawBlock raw_block(DType t, const uint8_t* row, int64_t b) {
     case DType::Q5_1: {
       const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
       return {w.d, w.m, w.qs, w.qh};
+    }
+    case DType::MXFP4: {
+      const auto& w = reinterpret_cast<const BlockMxfp4*>(row)[b];
+      return {w.e, 0, w.qs};
     }
     default: {
       const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
@@ -115,7 +119,7 @@ void pack_q6_k_row(const uint8_t* row, int64_t cols, int r, uint8_t* group) {
   }
 }
 
-// Rows of group g of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrix, the type fixed at compile time.
+// Rows of group g of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4 matrix, the type fixed at compile time.
 template <DType T>
 void pack_quant_group(const uint8_t* data, int64_t g, int64_t rows, int64_t nb, size_t row_bytes, uint8_t* group) {
   for (int r = 0; r < kPackRows && g * kPackRows + r < rows; r++) {
@@ -123,7 +127,8 @@ void pack_quant_group(const uint8_t* data, int64_t g, int64_t rows, int64_t nb, 
     for (int64_t b = 0; b < nb; b++) {
       const RawBlock w = raw_block(T, row, b);
       uint8_t* quads = group + packed_quads_at(T, b);
-      std::memcpy(group + packed_d_at(T, b) + 2 * r, &w.d, 2);
+      if constexpr (T == DType::MXFP4) group[packed_d_at(T, b) + r] = (uint8_t)w.d;
+      else std::memcpy(group + packed_d_at(T, b) + 2 * r, &w.d, 2);
       if constexpr (packed_has_offset(T)) std::memcpy(group + packed_m_at(T, b) + 2 * r, &w.m, 2);
       if constexpr (T == DType::Q8_0) {
         for (int s = 0; s < 8; s++)
@@ -158,7 +163,7 @@ std::shared_ptr<uint8_t[]> allocate_packed(size_t bytes) {
 bool can_pack(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -168,7 +173,8 @@ size_t packed_group_bytes(DType t, int64_t cols) {
   if (t == DType::Q6_K) return (size_t)(cols / kQK_K + 1) / 2 * kQ6KUnitBytes;
   if (packed_kquant(t)) return (size_t)(cols / kQK_K) * kquant_unit_bytes(t);
   const int64_t nb = cols / kQK;
-  return (size_t)(nb + 1) / 2 * packed_unit_bytes(t);  // whole units: every group starts on a cache line
+  const int u = packed_unit_blocks(t);
+  return (size_t)(nb + u - 1) / u * packed_unit_bytes(t);  // whole units: every group starts on a cache line
 }
 
 std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
@@ -198,6 +204,7 @@ std::shared_ptr<uint8_t[]> pack_rows(DType t, const uint8_t* data, int64_t rows,
         case DType::Q4_1: pack_quant_group<DType::Q4_1>(data, g, rows, nb, row_bytes, group); break;
         case DType::Q5_0: pack_quant_group<DType::Q5_0>(data, g, rows, nb, row_bytes, group); break;
         case DType::Q5_1: pack_quant_group<DType::Q5_1>(data, g, rows, nb, row_bytes, group); break;
+        case DType::MXFP4: pack_quant_group<DType::MXFP4>(data, g, rows, nb, row_bytes, group); break;
         default: pack_quant_group<DType::Q8_0>(data, g, rows, nb, row_bytes, group); break;
       }
     }
@@ -236,7 +243,8 @@ static void packed_gemm_q6_k_scalar(const uint8_t* group, int64_t cols, const Bl
     }
 }
 
-// sum over one block of row r's stored quants u times the token's quants.
+// sum over one block of row r's stored quants u times the token's quants (MXFP4: its codes'
+// values shifted by 12).
 static int32_t quad_dot(DType t, const uint8_t* quads, int r, const int8_t* xq) {
   int32_t p = 0;
   for (int s = 0; s < 8; s++)
@@ -246,6 +254,7 @@ static int32_t quad_dot(DType t, const uint8_t* quads, int r, const int8_t* xq) 
       if (t == DType::Q8_0) u = quads[64 * s + byte];
       else u = s < 4 ? quads[64 * s + byte] & 0xF : quads[64 * (s - 4) + byte] >> 4;
       if (packed_five_bits(t)) u |= (quads[256 + byte] >> s & 1) << 4;
+      if (t == DType::MXFP4) u = kMxfp4Values[u] + packed_shift(t);
       p += u * xq[4 * s + k];
     }
   return p;
@@ -275,7 +284,7 @@ void packed_gemm_scalar(DType t, const uint8_t* group, int64_t cols, const Block
   if (packed_kquant(t))
     return packed_gemm_kquant_scalar(t, group, cols, x, x_stride, n_tokens, out, out_stride, valid_rows);
   const int64_t nb = cols / kQK;
-  const int shift = t == DType::Q4_0 ? 8 : t == DType::Q5_0 ? 16 : t == DType::Q8_0 ? 128 : 0;
+  const int shift = packed_shift(t);
   for (int tok = 0; tok < n_tokens; tok++)
     for (int r = 0; r < valid_rows; r++) {
       float acc = 0.0f;
@@ -284,7 +293,8 @@ void packed_gemm_scalar(DType t, const uint8_t* group, int64_t cols, const Block
         const auto* d = reinterpret_cast<const uint16_t*>(group + packed_d_at(t, b));
         const auto* m = reinterpret_cast<const uint16_t*>(group + packed_m_at(t, b));
         const int32_t p = -shift * xb.sum + quad_dot(t, group + packed_quads_at(t, b), r, xb.qs);
-        const float scale = fp16_to_fp32(d[r]) * xb.d;
+        const float dw = t == DType::MXFP4 ? mxfp4_scale(group[packed_d_at(t, b) + r]) : fp16_to_fp32(d[r]);
+        const float scale = dw * xb.d;
         acc = std::fma((float)p, scale, acc);
         if (packed_has_offset(t)) acc = std::fma(fp16_to_fp32(m[r]), xb.s, acc);
       }

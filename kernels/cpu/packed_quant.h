@@ -22,6 +22,15 @@
 // padding (never read). The group is the size of the 16 rows it came from, so decode reads
 // no extra bytes.
 //
+// MXFP4 goes by units of four blocks, its scales being one byte a row (17 lines, the 16 rows'
+// GGUF bytes exactly):
+//   quads(b0) .. quads(b3) e(b0) .. e(b3)
+//   quads   as Q4_0's: the 4-bit codes (the kernels look up their values)
+//   e       16 E8M0 scale bytes, row order (16 bytes)
+// With a block count not a multiple of 4 the last unit's unused blocks are zero padding.
+// The kernels shift the codes' int8 values (-12..12) by 12 to meet the activations unsigned
+// and undo it with -12 x sum(x), as Q4_0's -8.
+//
 // Q6_K (Llama-3's tied output matrix: a third of a 1B model's bytes) goes by super-blocks of
 // 256 (8 blocks of 32), in units of two super-blocks (6720 bytes, 105 lines):
 //   bits(sb0) bits(sb1) scales(sb0) scales(sb1) d(sb0) d(sb1)
@@ -69,18 +78,32 @@ constexpr bool packed_five_bits(DType t) { return t == DType::Q5_0 || t == DType
 constexpr bool packed_has_offset(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
 constexpr bool packed_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
 
+// The shift that makes packed quants unsigned: stored u, the weight's integer is u - shift.
+constexpr int packed_shift(DType t) {
+  return t == DType::Q4_0 ? 8 : t == DType::Q5_0 ? 16 : t == DType::Q8_0 ? 128 : t == DType::MXFP4 ? 12 : 0;
+}
+
 constexpr int packed_quad_bytes(DType t) {
   return t == DType::Q8_0 ? 8 * 64 : packed_five_bits(t) ? 5 * 64 : 4 * 64;
 }
-constexpr int packed_unit_bytes(DType t) { return 2 * packed_quad_bytes(t) + (packed_has_offset(t) ? 128 : 64); }
+// Blocks per unit, and the bytes of one block's scales (and of its offsets).
+constexpr int packed_unit_blocks(DType t) { return t == DType::MXFP4 ? 4 : 2; }
+constexpr int packed_scale_bytes(DType t) { return t == DType::MXFP4 ? 16 : 32; }
+constexpr int packed_unit_bytes(DType t) {
+  return packed_unit_blocks(t) * (packed_quad_bytes(t) + packed_scale_bytes(t) * (packed_has_offset(t) ? 2 : 1));
+}
 // Byte offsets of block b's quads, scales and offsets inside a group.
 constexpr size_t packed_quads_at(DType t, int64_t b) {
-  return (size_t)(b / 2) * packed_unit_bytes(t) + (size_t)(b % 2) * packed_quad_bytes(t);
+  const int u = packed_unit_blocks(t);
+  return (size_t)(b / u) * packed_unit_bytes(t) + (size_t)(b % u) * packed_quad_bytes(t);
 }
 constexpr size_t packed_d_at(DType t, int64_t b) {
-  return (size_t)(b / 2) * packed_unit_bytes(t) + 2 * packed_quad_bytes(t) + (size_t)(b % 2) * 32;
+  const int u = packed_unit_blocks(t);
+  return (size_t)(b / u) * packed_unit_bytes(t) + (size_t)u * packed_quad_bytes(t) + (size_t)(b % u) * packed_scale_bytes(t);
 }
 constexpr size_t packed_m_at(DType t, int64_t b) { return packed_d_at(t, b) + 64; }
+static_assert(packed_unit_bytes(DType::Q4_0) == 9 * 64 && packed_unit_bytes(DType::Q5_1) == 12 * 64);
+static_assert(packed_unit_bytes(DType::MXFP4) == kPackRows * 17 * 4);
 
 constexpr int kQ6KBlockBits = 6 * 64;  // bytes of one block's bit vectors
 constexpr int kQ6KSuperBits = 8 * kQ6KBlockBits;

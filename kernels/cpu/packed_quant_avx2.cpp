@@ -11,6 +11,8 @@
 // under 2^15
 //   (8 x 2 x 15 x 127), so one VPMADDWD a block, and Q4_0's -8 x sum(x) is
 //   added after.
+// - MXFP4: codes looked up (VPSHUFB) as their values + 12 (0..24); two quads' int16 sums
+//   (4 x 2 x 24 x 127) fit, so one VPMADDWD per two, and -12 x sum(x) is added after.
 // - Q5_0/Q5_1/Q5_K: the fifth bit ORed in (0..31); int16 sums over two quads
 //   (4 x 2 x 31 x 127) fit, so one VPMADDWD per two.
 // - Q8_0: stored as w + 128, which VPMADDUBSW would saturate; flipping the top
@@ -54,6 +56,15 @@ inline __m256i load(const uint8_t* p) { return _mm256_load_si256(reinterpret_cas
 // 8 fp16 values (one half's rows) as floats.
 inline __m256 halfs(const uint8_t* p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p))); }
 
+// 8 rows' MXFP4 scales (E8M0 bytes) as mxfp4_scale gives them: 2^(e - 128), exact (e 0 and 1
+// subnormal).
+inline __m256 mxfp4_scales(const uint8_t* e) {
+  const __m256i e32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e32, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e32);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e32)));
+}
+
 inline void prefetch_ahead(const uint8_t* p, int bytes) {
   for (int line = 0; line < bytes; line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p) + kDecodePrefetch + line, _MM_HINT_T1);
@@ -89,10 +100,14 @@ inline void blocks_by_half(int64_t nb, float* out, int64_t out_stride, int valid
 }
 
 // p[t] = sum over block b's quants (rows 8h..8h+7) times token t's, exact: the unsigned
-// stored values, no shift undone.
-template <bool Five, int NT>
+// stored values (MXFP4: its codes' values + 12, 0..24), no shift undone.
+template <DType T, int NT>
 inline void quad_sums(const uint8_t* quads, int h, const BlockQ8Act* x, int64_t x_stride, int64_t b, __m256i p[NT]) {
+  constexpr bool Five = packed_five_bits(T), Fp4 = T == DType::MXFP4;
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i values = _mm256_add_epi8(
+      _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))),
+      _mm256_set1_epi8(packed_shift(DType::MXFP4)));
   __m256i hb = _mm256_setzero_si256();
   if constexpr (Five) hb = load(quads + 256 + 32 * h);
   __m256i p16[NT];
@@ -104,13 +119,14 @@ inline void quad_sums(const uint8_t* quads, int h, const BlockQ8Act* x, int64_t 
       lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), bit4));
       hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, c), bit4));
     }
+    if constexpr (Fp4) lo = _mm256_shuffle_epi8(values, lo), hi = _mm256_shuffle_epi8(values, hi);
     each<NT>([&](auto t) {
       const int8_t* qs = x[t * x_stride + b].qs;
       const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, quad(qs + 4 * c)),
                                          _mm256_maddubs_epi16(hi, quad(qs + 16 + 4 * c)));
       p16[t] = _mm256_add_epi16(p16[t], s);
     });
-    if (!Five ? c == 3 : c % 2 == 1)
+    if (!Five && !Fp4 ? c == 3 : c % 2 == 1)
       each<NT>([&](auto t) {
         p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(p16[t], ones));
         p16[t] = _mm256_setzero_si256();
@@ -121,13 +137,13 @@ inline void quad_sums(const uint8_t* quads, int h, const BlockQ8Act* x, int64_t 
 template <DType T, int NT>
 void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
                             int64_t out_stride, int valid_rows) {
-  constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;
+  constexpr int kShift = T == DType::Q8_0 ? 0 : packed_shift(T);  // Q8_0: signed below
   const int64_t nb = cols / kQK;
   const __m256i ones = _mm256_set1_epi16(1), top = _mm256_set1_epi8((char)0x80);
   blocks_by_half<NT>(nb, out, out_stride, valid_rows, [&](int64_t b, auto h, __m256* acc) {
     const uint8_t* quads = group + packed_quads_at(T, b);
     if constexpr (NT <= kStreamMaxTokens)
-      if (h == 0) prefetch_ahead(quads, packed_unit_bytes(T) / 2);
+      if (h == 0) prefetch_ahead(quads, packed_unit_bytes(T) / packed_unit_blocks(T));
     __m256i p[NT];
     if constexpr (T == DType::Q8_0) {
       each<NT>([&](auto t) { p[t] = _mm256_setzero_si256(); });
@@ -140,11 +156,13 @@ void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act
         });
       }
     } else {
-      quad_sums<packed_five_bits(T), NT>(quads, h, x, x_stride, b, p);
+      quad_sums<T, NT>(quads, h, x, x_stride, b, p);
       if constexpr (kShift != 0)
         each<NT>([&](auto t) { p[t] = _mm256_add_epi32(p[t], _mm256_set1_epi32(-kShift * x[t * x_stride + b].sum)); });
     }
-    const __m256 dw = halfs(group + packed_d_at(T, b) + 16 * h);
+    __m256 dw;
+    if constexpr (T == DType::MXFP4) dw = mxfp4_scales(group + packed_d_at(T, b) + 8 * h);
+    else dw = halfs(group + packed_d_at(T, b) + 16 * h);
     __m256 mw;
     if constexpr (packed_has_offset(T)) mw = halfs(group + packed_m_at(T, b) + 16 * h);
     each<NT>([&](auto t) {
@@ -174,7 +192,7 @@ void PackedQuantLoops::gemm_kquant(const uint8_t* group, int64_t cols, const Blo
     const uint8_t* sc = group + kquant_scales_at(T, b) + 8 * h;
     const __m256 ds = _mm256_mul_ps(halfs(dp), u8_floats(sc)), dm = _mm256_mul_ps(halfs(dp + 32), u8_floats(sc + 16));
     __m256i p[NT];
-    quad_sums<packed_five_bits(T), NT>(group + kquant_bits_at(T, b), h, x, x_stride, b, p);
+    quad_sums<T, NT>(group + kquant_bits_at(T, b), h, x, x_stride, b, p);
     each<NT>([&](auto t) {
       const BlockQ8Act& xb = x[t * x_stride + b];
       const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(ds, _mm256_set1_ps(xb.d)), acc[t]);

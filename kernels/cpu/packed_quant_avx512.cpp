@@ -5,7 +5,8 @@
 // nibbles; Q5: one more load of fifth bits merged in) once and meet each token through 8
 // VPDPBUSDs whose activation operand is a 4-byte broadcast; one convert and one FMA then scale
 // all 16 rows. The shift that makes weights unsigned (Q4_0 q - 8, Q5_0 q - 16, Q8_0 w + 128)
-// is undone by starting each token's integer sum at -shift x sum(x), an exact integer.
+// is undone by starting each token's integer sum at -shift x sum(x), an exact integer. MXFP4's
+// codes become their values + 12 by one byte shuffle per vector, and the shift undoes the 12.
 #include "kernels/cpu/isa_fill.h"
 #include "kernels/cpu/packed_quant.h"
 
@@ -57,25 +58,40 @@ inline void unpack_quads(const uint8_t* quads, __m512i w[8]) {
   }
 }
 
+// The 16 rows' MXFP4 scales (E8M0 bytes) as mxfp4_scale gives them: 2^(e - 128) by VSCALEFPS,
+// exact (e 0 and 1 subnormal, 255 finite).
+inline __m512 mxfp4_scales(const uint8_t* e) {
+  const __m512i e32 = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(e)));
+  return _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_cvtepi32_ps(_mm512_sub_epi32(e32, _mm512_set1_epi32(128))));
+}
+
 template <DType T, int NT>
 void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act* x, int64_t x_stride, float* out,
                             int64_t out_stride, int valid_rows) {
-  constexpr int kShift = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : T == DType::Q8_0 ? 128 : 0;
+  constexpr int kShift = packed_shift(T);
   const int64_t nb = cols / kQK;
+  // MXFP4: each code's value + 12 (0..24), looked up in every 128-bit lane.
+  const __m512i values = _mm512_add_epi8(
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))),
+      _mm512_set1_epi8(packed_shift(DType::MXFP4)));
   __m512 acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t* quads = group + packed_quads_at(T, b);
     if constexpr (NT <= kStreamMaxTokens)  // streaming: the block 8 KiB ahead (kDecodePrefetch)
-      for (int line = 0; line < packed_unit_bytes(T) / 2; line += 64)
+      for (int line = 0; line < packed_unit_bytes(T) / packed_unit_blocks(T); line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(quads) + kDecodePrefetch + line, _MM_HINT_T1);
     __m512i w[8];
     if constexpr (T == DType::Q8_0) {
       for (int s = 0; s < 8; s++) w[s] = _mm512_load_si512(quads + 64 * s);
     } else {
       unpack_quads<packed_five_bits(T)>(quads, w);
+      if constexpr (T == DType::MXFP4)
+        for (int s = 0; s < 8; s++) w[s] = _mm512_shuffle_epi8(values, w[s]);
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_d_at(T, b))));
+    __m512 dw;
+    if constexpr (T == DType::MXFP4) dw = mxfp4_scales(group + packed_d_at(T, b));
+    else dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_d_at(T, b))));
     __m512 mw;
     if constexpr (packed_has_offset(T))
       mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_m_at(T, b))));

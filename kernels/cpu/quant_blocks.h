@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace tandem::cpu {
 
@@ -52,6 +53,10 @@ struct BlockQ6_K {  // 16 sub-blocks of 16 with 8-bit scales; 6-bit quants split
   int8_t scales[kQK_K / 16];
   uint16_t d;
 };
+struct BlockMxfp4 {  // x = kMxfp4Values[q] * 2^(e - 128): E2M1 codes, doubled, under an E8M0 scale
+  uint8_t e;            // E8M0 exponent
+  uint8_t qs[kQK / 2];  // 4-bit codes as in Q4_0: element j low nibble, element j+16 high nibble
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -62,6 +67,21 @@ static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockMxfp4) == 17);
+
+// MXFP4's 16 E2M1 codes as twice their value (bit 3 the sign): integers, so 8-bit products
+// take them as int8 weights. The SIMD kernels look them up with a byte shuffle.
+alignas(16) static constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the E8M0 scale e (2^(e - 127)), since kMxfp4Values are doubled: 2^(e - 128), exact for
+// every byte (e 0 and 1 are subnormal, 255 is 2^127, none is NaN), as ggml's
+// ggml_e8m0_to_fp32_half.
+static inline float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 // static: each TU (scalar or SIMD-targeted) keeps its own copy, so the linker never mixes them.
 // Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K or Q5_K block.

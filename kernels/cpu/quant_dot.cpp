@@ -10,7 +10,7 @@ namespace tandem::cpu {
 bool has_quant_dot(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -127,6 +127,13 @@ float quant_dot_scalar(DType t, const void* row, const BlockQ8Act* x, int64_t n)
         const auto& w = static_cast<const BlockQ8_0*>(row)[b];
         for (int j = 0; j < kQK; j++) sumi += w.qs[j] * x[b].qs[j];
         acc += fp16_to_fp32(w.d) * x[b].d * (float)sumi;
+        break;
+      }
+      case DType::MXFP4: {
+        const auto& w = static_cast<const BlockMxfp4*>(row)[b];
+        for (int j = 0; j < kQK / 2; j++)
+          sumi += kMxfp4Values[w.qs[j] & 0xF] * x[b].qs[j] + kMxfp4Values[w.qs[j] >> 4] * x[b].qs[j + kQK / 2];
+        acc += mxfp4_scale(w.e) * x[b].d * (float)sumi;
         break;
       }
       default: return 0.0f;

@@ -20,8 +20,9 @@ struct BlockQ8Act {
 };
 
 // The weight types with an 8-bit-activation kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
-// Q6_K (the four-token kernel: Q4_0, Q4_1, Q8_0). Q5_0, Q5_1, Q4_K and Q5_K have only the
-// scalar row kernel: with AVX2 or AVX-512 their products take the packed kernels.
+// Q6_K, MXFP4 (the four-token kernel: Q4_0, Q4_1, Q8_0, MXFP4). Q5_0, Q5_1, Q4_K and Q5_K have
+// only the scalar row kernel: with AVX2 or AVX-512 their products take the packed kernels.
+// MXFP4's codes meet the activations as their int8 values (quant_blocks.h: kMxfp4Values).
 bool has_quant_dot(DType weight_type);
 
 // Quantizes n floats (a multiple of 32) into n / 32 blocks.
@@ -37,7 +38,7 @@ float quant_dot_scalar(DType weight_type, const void* row, const BlockQ8Act* x, 
 using QuantDot4Fn = void (*)(const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out);
 void quant_dot4_scalar(DType weight_type, const void* row, const BlockQ8Act* x, int64_t x_stride, int64_t n, float* out);
 
-// AVX2 versions: quant_dot_avx2.cpp. At the AVX-512 level Q4_0/Q4_1/Q8_0 products use the
-// packed kernels (packed_quant.h).
+// AVX2 versions: quant_dot_avx2.cpp. At the AVX-512 level Q4_0/Q4_1/Q8_0/MXFP4 products use
+// the packed kernels (packed_quant.h).
 
 }  // namespace tandem::cpu

@@ -40,18 +40,6 @@ inline __m256 dot_us8(__m256i u, __m256i s) {
 // Signed x signed: move x's sign onto y so that maddubs sees |x| (unsigned).
 inline __m256 dot_ss8(__m256i x, __m256i y) { return dot_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 
-float dot_q4_0(const void* row, const BlockQ8Act* x, int64_t n) {
-  const auto* w = static_cast<const BlockQ4_0*>(row);
-  const __m256i off = _mm256_set1_epi8(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK; b++) {
-    const __m256i q = _mm256_sub_epi8(unpack_nibbles(w[b].qs), off);
-    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), dot_ss8(q, y), acc);
-  }
-  return hsum(acc);
-}
-
 float dot_q4_1(const void* row, const BlockQ8Act* x, int64_t n) {
   const auto* w = static_cast<const BlockQ4_1*>(row);
   __m256 acc = _mm256_setzero_ps();
@@ -62,17 +50,6 @@ float dot_q4_1(const void* row, const BlockQ8Act* x, int64_t n) {
     offsets += half(w[b].m) * x[b].s;
   }
   return hsum(acc) + offsets;
-}
-
-float dot_q8_0(const void* row, const BlockQ8Act* x, int64_t n) {
-  const auto* w = static_cast<const BlockQ8_0*>(row);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK; b++) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), dot_ss8(q, y), acc);
-  }
-  return hsum(acc);
 }
 
 // The weight block as signed or unsigned bytes, ready for dot_us8 / dot_ss8, and its scales.
@@ -86,6 +63,10 @@ inline WeightBlock load_block(const void* row, int64_t b) {
   if constexpr (T == DType::Q4_0) {
     const auto& w = static_cast<const BlockQ4_0*>(row)[b];
     return {_mm256_sub_epi8(unpack_nibbles(w.qs), _mm256_set1_epi8(8)), half(w.d), 0.0f};
+  } else if constexpr (T == DType::MXFP4) {  // each code's int8 value, looked up in both lanes
+    const auto& w = static_cast<const BlockMxfp4*>(row)[b];
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    return {_mm256_shuffle_epi8(values, unpack_nibbles(w.qs)), mxfp4_scale(w.e), 0.0f};
   } else if constexpr (T == DType::Q4_1) {
     const auto& w = static_cast<const BlockQ4_1*>(row)[b];
     return {unpack_nibbles(w.qs), half(w.d), half(w.m)};
@@ -93,6 +74,18 @@ inline WeightBlock load_block(const void* row, int64_t b) {
     const auto& w = static_cast<const BlockQ8_0*>(row)[b];
     return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)), half(w.d), 0.0f};
   }
+}
+
+// A row of signed weights (Q4_0, Q8_0, MXFP4) against one token.
+template <DType T>
+float dot_signed(const void* row, const BlockQ8Act* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; b++) {
+    const WeightBlock w = load_block<T>(row, b);
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x[b].d), dot_ss8(w.q, y), acc);
+  }
+  return hsum(acc);
 }
 
 template <DType T>
@@ -173,13 +166,15 @@ float dot_q6_k(const void* row, const BlockQ8Act* x, int64_t n) {
 
 void fill_quant_dot_avx2(CpuKernels& k) {
   k.quantize_act = quantize_act_avx2;
-  k.act8.quant_dot.set(DType::Q4_0, dot_q4_0);
+  k.act8.quant_dot.set(DType::Q4_0, dot_signed<DType::Q4_0>);
   k.act8.quant_dot.set(DType::Q4_1, dot_q4_1);
-  k.act8.quant_dot.set(DType::Q8_0, dot_q8_0);
+  k.act8.quant_dot.set(DType::Q8_0, dot_signed<DType::Q8_0>);
   k.act8.quant_dot.set(DType::Q6_K, dot_q6_k);
+  k.act8.quant_dot.set(DType::MXFP4, dot_signed<DType::MXFP4>);
   k.act8.quant_dot4.set(DType::Q4_0, dot4<DType::Q4_0>);
   k.act8.quant_dot4.set(DType::Q4_1, dot4<DType::Q4_1>);
   k.act8.quant_dot4.set(DType::Q8_0, dot4<DType::Q8_0>);
+  k.act8.quant_dot4.set(DType::MXFP4, dot4<DType::MXFP4>);
 }
 
 }  // namespace tandem::cpu
