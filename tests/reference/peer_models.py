@@ -31,6 +31,8 @@ MODELS = {
     "olmoe": dict(recipe=dict(family="olmoe", shape="tiny", type="q8_0", seed=0), n=48),
     "qwen2moe": dict(recipe=dict(family="qwen2moe", shape="tiny", type="q8_0", seed=0), n=48),
     "mixtral": dict(recipe=dict(family="mixtral", shape="tiny", type="q8_0", seed=0), n=48),
+    # Its experts in MXFP4 (family_gguf.py's default for gpt-oss), attention in q8_0.
+    "gpt_oss": dict(recipe=dict(family="gpt-oss", shape="tiny", type="q8_0", seed=0), n=48),
     "granite": dict(recipe=dict(family="granite", shape="granite-3.1-2b", type="q4_0", seed=0), n=48, opt_in=True),
     "phi3": dict(recipe=dict(family="phi3", shape="phi3-mini", type="q4_0", seed=0), n=48, opt_in=True),
 }
