@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Reasoning apart from content in chat answers (chat/reasoning.h), as llama-server returns it.
+
+The bundled SmolLM2 serves with gpt-oss's harmony template (--chat-template-file
+tests/data/chat_templates/gpt-oss.jinja), and a grammar makes it write a harmony answer:
+  - an analysis message then a final one: message.reasoning_content and message.content, the
+    same joined from streamed deltas (reasoning_content deltas, then content deltas);
+  - with tools offered, a message to functions.get_weather: message.tool_calls, finish_reason
+    "tool_calls", the same streamed;
+and with a ChatML template that names </think> (as Qwen3's does), <think>...</think> goes to
+reasoning_content.
+Exit code 77 (CTest: skipped) when the model or the openai package is missing.
+
+    python3 tests/server/test_reasoning.py --tandem build/tandem --model models/....gguf
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_openai_server import SKIP, check, failures, start_server  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates")
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+
+
+def literal(text):
+    return json.dumps(text)  # a GBNF string literal: JSON's escapes are GBNF's
+
+
+def joined(chunks):
+    reasoning, content, finish, calls = "", "", None, {}
+    for ch in chunks:
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+        content += d.content or ""
+        finish = ch.choices[0].finish_reason or finish
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+            if tc.function:
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+    return reasoning, content, finish, [calls[i] for i in sorted(calls)]
+
+
+def both(client, **kw):
+    """The whole answer and the streamed one, for the same greedy request."""
+    r = client.chat.completions.create(model="m", temperature=0, max_tokens=120, **kw)
+    s = joined(client.chat.completions.create(model="m", temperature=0, max_tokens=120, stream=True, **kw))
+    return r, s
+
+
+def harmony_checks(client):
+    answer = "<|channel|>analysis<|message|>Add two and two.<|end|><|start|>assistant<|channel|>final<|message|>It is 4."
+    r, (sr, sc, sf, _) = both(client, messages=QUESTION, extra_body={"grammar": "root ::= " + literal(answer)})
+    m = r.choices[0].message
+    check(m.content == "It is 4." and (m.model_extra or {}).get("reasoning_content") == "Add two and two.",
+          f"harmony: final -> content, analysis -> reasoning_content: {m.content!r} / {m.model_extra}")
+    check(sr == "Add two and two." and sc == "It is 4." and sf == "stop", f"harmony streamed the same: {sr!r} {sc!r} {sf}")
+
+    call = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>")
+    r, (sr, sc, sf, scalls) = both(client, messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[WEATHER],
+                                   extra_body={"grammar": "root ::= " + literal(call)})
+    m = r.choices[0].message
+    calls = m.tool_calls or []
+    check(r.choices[0].finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather"
+          and json.loads(calls[0].function.arguments) == {"city": "Rome"} and not m.content,
+          f"harmony: a message to functions.get_weather is a tool call: {r.choices[0]}")
+    check((m.model_extra or {}).get("reasoning_content") == "Need the weather.", "harmony: the call's analysis is reasoning")
+    check(sf == "tool_calls" and len(scalls) == 1 and scalls[0]["name"] == "get_weather"
+          and json.loads(scalls[0]["arguments"]) == {"city": "Rome"} and sr == "Need the weather." and sc == "",
+          f"harmony: the call streamed: {scalls} {sr!r} {sc!r} {sf}")
+
+
+def think_checks(client):
+    answer = "<think>\nTwo plus two.\n</think>\n\nFour."
+    r, (sr, sc, sf, _) = both(client, messages=QUESTION, extra_body={"grammar": "root ::= " + literal(answer)})
+    m = r.choices[0].message
+    check(m.content == "Four." and (m.model_extra or {}).get("reasoning_content") == "Two plus two.",
+          f"think: tags -> reasoning_content: {m.content!r} / {m.model_extra}")
+    check(sr == "Two plus two." and sc == "Four.", f"think streamed the same: {sr!r} {sc!r}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    if not os.path.exists(a.model):
+        print(f"skip: no model at {a.model} (run scripts/setup.sh)")
+        return SKIP
+    try:
+        import openai
+    except ImportError:
+        print("skip: pip install openai")
+        return SKIP
+    proc, port = start_server(a.tandem, a.model, ["--chat-template-file", os.path.join(DATA, "gpt-oss.jinja")])
+    try:
+        harmony_checks(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x"))
+    finally:
+        proc.kill()
+        proc.wait()
+    # A ChatML template that names <think> (as Qwen3's does when it strips past reasoning).
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(open(os.path.join(DATA, "smollm2.jinja")).read().replace(
+            "{% for message in messages %}", "{% for message in messages %}{# </think> #}", 1))
+        think_template = f.name
+    proc, port = start_server(a.tandem, a.model, ["--chat-template-file", think_template])
+    try:
+        think_checks(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x"))
+    finally:
+        proc.kill()
+        proc.wait()
+        os.unlink(think_template)
+    print(f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
