@@ -13,14 +13,13 @@ Exit code 77 (CTest: skipped) when the model or the openai package is missing.
 
     python3 tests/server/test_reasoning.py --tandem build/tandem --model models/....gguf
 """
-import argparse
 import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_openai_server import SKIP, check, failures, start_server  # noqa: E402
+from test_openai_server import SKIP, args_or_skip, check, failures, start_server  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates")
 WEATHER = {"type": "function", "function": {
@@ -57,13 +56,18 @@ def both(client, **kw):
     return r, s
 
 
-def harmony_checks(client):
-    answer = "<|channel|>analysis<|message|>Add two and two.<|end|><|start|>assistant<|channel|>final<|message|>It is 4."
+def split_checks(client, label, answer, reasoning, content):
+    """A grammar-forced answer: its reasoning and content apart, whole and streamed."""
     r, (sr, sc, sf, _) = both(client, messages=QUESTION, extra_body={"grammar": "root ::= " + literal(answer)})
     m = r.choices[0].message
-    check(m.content == "It is 4." and (m.model_extra or {}).get("reasoning_content") == "Add two and two.",
-          f"harmony: final -> content, analysis -> reasoning_content: {m.content!r} / {m.model_extra}")
-    check(sr == "Add two and two." and sc == "It is 4." and sf == "stop", f"harmony streamed the same: {sr!r} {sc!r} {sf}")
+    check(m.content == content and (m.model_extra or {}).get("reasoning_content") == reasoning,
+          f"{label}: reasoning_content and content apart: {m.content!r} / {m.model_extra}")
+    check(sr == reasoning and sc == content and sf == "stop", f"{label}: streamed the same: {sr!r} {sc!r} {sf}")
+
+
+def harmony_checks(client):
+    answer = "<|channel|>analysis<|message|>Add two and two.<|end|><|start|>assistant<|channel|>final<|message|>It is 4."
+    split_checks(client, "harmony", answer, "Add two and two.", "It is 4.")
 
     call = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
             "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>")
@@ -81,45 +85,33 @@ def harmony_checks(client):
 
 
 def think_checks(client):
-    answer = "<think>\nTwo plus two.\n</think>\n\nFour."
-    r, (sr, sc, sf, _) = both(client, messages=QUESTION, extra_body={"grammar": "root ::= " + literal(answer)})
-    m = r.choices[0].message
-    check(m.content == "Four." and (m.model_extra or {}).get("reasoning_content") == "Two plus two.",
-          f"think: tags -> reasoning_content: {m.content!r} / {m.model_extra}")
-    check(sr == "Two plus two." and sc == "Four.", f"think streamed the same: {sr!r} {sc!r}")
+    split_checks(client, "think", "<think>\nTwo plus two.\n</think>\n\nFour.", "Two plus two.", "Four.")
+
+
+def with_server(a, template, checks):
+    import openai
+
+    proc, port = start_server(a.tandem, a.model, ["--chat-template-file", template])
+    try:
+        checks(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x"))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tandem", required=True)
-    ap.add_argument("--model", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skip: no model at {a.model} (run scripts/setup.sh)")
+    a = args_or_skip()
+    if a is None:
         return SKIP
-    try:
-        import openai
-    except ImportError:
-        print("skip: pip install openai")
-        return SKIP
-    proc, port = start_server(a.tandem, a.model, ["--chat-template-file", os.path.join(DATA, "gpt-oss.jinja")])
-    try:
-        harmony_checks(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x"))
-    finally:
-        proc.kill()
-        proc.wait()
-    # A ChatML template that names <think> (as Qwen3's does when it strips past reasoning).
+    with_server(a, os.path.join(DATA, "gpt-oss.jinja"), harmony_checks)
+    # A ChatML template that names </think> (as Qwen3's does when it strips past reasoning).
     with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
         f.write(open(os.path.join(DATA, "smollm2.jinja")).read().replace(
             "{% for message in messages %}", "{% for message in messages %}{# </think> #}", 1))
-        think_template = f.name
-    proc, port = start_server(a.tandem, a.model, ["--chat-template-file", think_template])
     try:
-        think_checks(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x"))
+        with_server(a, f.name, think_checks)
     finally:
-        proc.kill()
-        proc.wait()
-        os.unlink(think_template)
+        os.unlink(f.name)
     print(f"{len(failures)} failures")
     return 1 if failures else 0
 
