@@ -68,8 +68,9 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
         tenant_(std::move(tenant)), response_(chat, ctx.model_name), text_(pr_.stop), tool_output_(std::move(tools)) {
     const ReasoningFormat rf = chat && ctx.chat ? detect_reasoning_format(ctx.chat->source()) : ReasoningFormat::None;
-    harmony_ = rf == ReasoningFormat::Harmony;
-    // Harmony's calls are messages to functions.NAME: its parser reads them, not the family's.
+    // Harmony's calls are messages to functions.NAME: its parser reads them, not the family's
+    // (but for the generic format, whose calls are the constrained answer's JSON).
+    harmony_ = rf == ReasoningFormat::Harmony && !(tool_output_ && tool_output_->family == ToolCallFamily::Generic);
     if (tool_output_ && !harmony_)
       tool_stream_ = std::make_unique<ToolCallStream>(tool_output_->family, pr_.parallel_tool_calls ? SIZE_MAX : 1);
     if (rf != ReasoningFormat::None) {
@@ -212,7 +213,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   void split_reasoning(ReasoningOutput o, std::string* text, std::string* reasoning, std::vector<ToolCall>* calls) {
     *text = std::move(o.content);
     *reasoning = std::move(o.reasoning);
-    if (!tool_output_) return;
+    if (!tool_output_ || !harmony_) return;
     for (ToolCall& c : o.calls) {
       if (!pr_.parallel_tool_calls && n_harmony_calls_ >= 1) break;
       n_harmony_calls_++;
@@ -362,7 +363,7 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   // A template with reasoning (chat/reasoning.h): its parser, the marker tokens rendered as
   // text for it, the reasoning so far (a whole answer's "reasoning_content").
   ReasoningFormat reasoning_format_ = ReasoningFormat::None;
-  bool harmony_ = false;
+  bool harmony_ = false;  // harmony, and its calls are read from its channels (not the generic format)
   std::unique_ptr<ReasoningStream> reasoning_;
   std::vector<int32_t> reasoning_markers_;
   std::string reasoning_out_;

@@ -207,8 +207,12 @@ bool present(const json& o, const char* key) { return o.contains(key) && !o[key]
 // tool message's tool_call_id in OpenAI's shape. Every key is one tandem reads.
 Status parse_message(Checker& c, const json& m, const std::string& at) {
   if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return c.fail(at, "needs a string 'role'");
-  TANDEM_TRY(known_keys(c, m, at, {"role", "content", "name", "tool_calls", "tool_call_id"}));
+  TANDEM_TRY(known_keys(c, m, at, {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"}));
   if (present(m, "name") && !m["name"].is_string()) return c.fail(at + ".name", "must be a string");
+  // An earlier answer's reasoning, as tandem and llama-server return it: templates that keep it
+  // read it (Qwen3's as reasoning_content, gpt-oss's as thinking).
+  if (present(m, "reasoning_content") && !m["reasoning_content"].is_string())
+    return c.fail(at + ".reasoning_content", "must be a string");
   if (m.contains("content") && m["content"].is_array()) {
     const json& parts = m["content"];
     if (parts.size() > kMaxContentParts) return c.fail(at + ".content", fmt::format("has more than {} parts", kMaxContentParts));

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "chat/reasoning.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
 #include "server/access_policy.h"
@@ -40,6 +41,12 @@ std::optional<Rejection> render_prompt(EndpointContext& ctx, bool chat, Prepared
     out.tools = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
     out.headers.emplace_back("X-Tandem-Tool-Format", tool_call_family_name(format->family));  // which format served the calls
   }
+  // gpt-oss's harmony calls are parsed from its channels (chat/reasoning.h); a call forced by a
+  // grammar is written only in the families' formats.
+  if (pr.tools_active() && pr.tool_call_forced() && format->family != ToolCallFamily::Generic &&
+      detect_reasoning_format(ctx.chat->source()) == ReasoningFormat::Harmony)
+    return Rejection{400, "tool_choice 'required' or a named function is not supported with the harmony (gpt-oss) format; "
+                          "use 'auto', or serve with --tool-format generic", "tool_choice"};
   const Status forced = add_tool_call_constraint(&pr, format->family, [](const ojson& schema, const std::string& prefix) {
     return grammar::json_schema_to_gbnf(schema, prefix);
   });

@@ -6,7 +6,8 @@ tests/data/chat_templates/gpt-oss.jinja), and a grammar makes it write a harmony
   - an analysis message then a final one: message.reasoning_content and message.content, the
     same joined from streamed deltas (reasoning_content deltas, then content deltas);
   - with tools offered, a message to functions.get_weather: message.tool_calls, finish_reason
-    "tool_calls", the same streamed;
+    "tool_calls", the same streamed; a forced call is a 400 naming tool_choice; an earlier
+    answer's reasoning_content is accepted;
 and with a ChatML template that names </think> (as Qwen3's does), <think>...</think> goes to
 reasoning_content.
 Exit code 77 (CTest: skipped) when the model or the openai package is missing.
@@ -84,6 +85,24 @@ def harmony_checks(client):
           f"harmony: the call streamed: {scalls} {sr!r} {sc!r} {sf}")
 
 
+def harmony_request_checks(client):
+    """A forced call is refused (harmony calls are not grammar-written yet); an earlier answer's
+    reasoning_content is accepted and rendered back before its call."""
+    import openai
+    try:
+        client.chat.completions.create(model="m", messages=QUESTION, tools=[WEATHER], tool_choice="required", max_tokens=4)
+        check(False, "harmony: tool_choice required -> 400 (got 200)")
+    except openai.BadRequestError as e:
+        err = e.body if isinstance(e.body, dict) else {}
+        check(err.get("param") == "tool_choice", f"harmony: tool_choice required -> 400 naming tool_choice: {err}")
+    history = [{"role": "user", "content": "Weather in Rome?"},
+               {"role": "assistant", "content": None, "reasoning_content": "Need the weather.", "tool_calls": [
+                   {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "18C"}]
+    r = client.chat.completions.create(model="m", messages=history, tools=[WEATHER], max_tokens=4, temperature=0)
+    check(r.choices[0].finish_reason in ("stop", "length"), "harmony: a round trip with reasoning_content in history")
+
+
 def think_checks(client):
     split_checks(client, "think", "<think>\nTwo plus two.\n</think>\n\nFour.", "Two plus two.", "Four.")
 
@@ -103,7 +122,7 @@ def main():
     a = args_or_skip()
     if a is None:
         return SKIP
-    with_server(a, os.path.join(DATA, "gpt-oss.jinja"), harmony_checks)
+    with_server(a, os.path.join(DATA, "gpt-oss.jinja"), lambda c: (harmony_checks(c), harmony_request_checks(c)))
     # A ChatML template that names </think> (as Qwen3's does when it strips past reasoning).
     with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
         f.write(open(os.path.join(DATA, "smollm2.jinja")).read().replace(
