@@ -133,7 +133,7 @@ constexpr Field kFields[] = {
     {"audio", true, false, Use::Refused},
     {"prediction", true, false, Use::Refused},
     {"web_search_options", true, false, Use::Refused},
-    {"reasoning_effort", true, false, Use::Refused},
+    {"reasoning_effort", true, false, Use::Read},
     {"verbosity", true, false, Use::Refused},
     {"suffix", false, true, Use::Refused},
 };
@@ -425,6 +425,12 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
     if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 256)
       return c.fail("cache_salt", "must be a string of 1 to 256 bytes").error();
     r.cache_salt = salt.get<std::string>();
+  }
+  if (present(body, "reasoning_effort")) {
+    const json& e = body["reasoning_effort"];
+    if (!e.is_string() || (e != "low" && e != "medium" && e != "high"))
+      return c.fail("reasoning_effort", "must be \"low\", \"medium\" or \"high\"").error();
+    r.reasoning_effort = e.get<std::string>();
   }
   TANDEM_TRY(c.boolean("stream", &r.stream));
   TANDEM_TRY(c.boolean("ignore_eos", &r.ignore_eos));

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_openai_server import SKIP, args_or_skip, check, failures, start_server  # noqa: E402
+from test_openai_server import SKIP, args_or_skip, check, failures, raw, start_server  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates")
 WEATHER = {"type": "function", "function": {
@@ -74,6 +74,9 @@ def harmony_checks(client):
             "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>")
     r, (sr, sc, sf, scalls) = both(client, messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[WEATHER],
                                    extra_body={"grammar": "root ::= " + literal(call)})
+    raw_r = client.chat.completions.with_raw_response.create(
+        model="m", messages=QUESTION, tools=[WEATHER], max_tokens=2, temperature=0)
+    check(raw_r.headers.get("X-Tandem-Tool-Format") == "harmony", f"harmony: X-Tandem-Tool-Format {raw_r.headers.get('X-Tandem-Tool-Format')}")
     m = r.choices[0].message
     calls = m.tool_calls or []
     check(r.choices[0].finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather"
@@ -99,11 +102,24 @@ def harmony_request_checks(client):
                {"role": "assistant", "content": None, "reasoning_content": "Need the weather.", "tool_calls": [
                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
                {"role": "tool", "tool_call_id": "call_1", "content": "18C"}]
-    r = client.chat.completions.create(model="m", messages=history, tools=[WEATHER], max_tokens=4, temperature=0)
+    r = client.chat.completions.create(model="m", messages=history, tools=[WEATHER], max_tokens=4, temperature=0,
+                                       reasoning_effort="high")
     check(r.choices[0].finish_reason in ("stop", "length"), "harmony: a round trip with reasoning_content in history")
+    port = int(str(client.base_url).rsplit(":", 1)[1].split("/")[0])
+    code, data = raw(port, "POST", "/apply-template", json.dumps({"messages": history, "reasoning_effort": "high"}).encode())
+    prompt = json.loads(data).get("prompt", "")
+    check(code == 200 and "Reasoning: high" in prompt and "<|channel|>analysis<|message|>Need the weather.<|end|>" in prompt,
+          f"harmony: reasoning_effort and the earlier reasoning reach the template: {prompt[-300:]!r}")
 
 
 def think_checks(client):
+    import openai
+    try:
+        client.chat.completions.create(model="m", messages=QUESTION, max_tokens=4, reasoning_effort="low")
+        check(False, "reasoning_effort on a template that never reads it -> 400 (got 200)")
+    except openai.BadRequestError as e:
+        err = e.body if isinstance(e.body, dict) else {}
+        check(err.get("param") == "reasoning_effort", f"reasoning_effort on a template without it -> 400 naming it: {err}")
     split_checks(client, "think", "<think>\nTwo plus two.\n</think>\n\nFour.", "Two plus two.", "Four.")
 
 
