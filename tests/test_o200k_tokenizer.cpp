@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_template.h"
 #include "test_paths.h"
 #include "test_vocab.h"
 #include "tokenizer/pretokenizer.h"
@@ -53,6 +54,32 @@ TEST(O200kTokenizer, MatchesTiktokenIdsAndDecodesBack) {
     checked++;
   }
   EXPECT_GE(checked, 60);
+}
+
+// gpt-oss's template renders a prompt whose markup becomes the harmony control tokens and whose
+// message is text: the ids tiktoken gives the same text with its special tokens allowed (the
+// template's date pinned to the recorded one).
+TEST(O200kTokenizer, HarmonyChatPromptFromTheTemplate) {
+  LOAD_O200K_OR_SKIP(m);
+  std::ifstream tf(std::string(TANDEM_SOURCE_DIR) + "/tests/data/chat_templates/gpt-oss.jinja");
+  const std::string source((std::istreambuf_iterator<char>(tf)), std::istreambuf_iterator<char>());
+  auto tmpl = ChatTemplate::from_source(source, "<|startoftext|>", "<|return|>");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
+  auto prompt = tmpl->render({{"user", "What is 2+2?"}}, true);
+  ASSERT_TRUE(prompt.ok()) << prompt.error().message;
+  const std::string key = "Current date: ";
+  const size_t at = prompt->text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  prompt->text.replace(at + key.size(), 10, "2026-12-07");  // same length: the data spans stay
+  std::ifstream f(std::string(TANDEM_SOURCE_DIR) + "/tests/data/o200k_tokens.json");
+  const auto j = nlohmann::json::parse(f);
+  bool found = false;
+  for (const auto& c : j.at("cases")) {
+    if (c.at("text") != prompt->text || !c.at("parse_special").get<bool>()) continue;
+    found = true;
+    EXPECT_EQ(m.tok->encode_chat(prompt.value()), c.at("ids").get<std::vector<int32_t>>());
+  }
+  EXPECT_TRUE(found) << "the rendered prompt is not among the recorded cases: " << prompt->text;
 }
 
 }  // namespace
