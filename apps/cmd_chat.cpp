@@ -2,6 +2,7 @@
 // message per stdin line. The KV cache persists across turns, so each turn prefills only
 // the new part of the conversation: its KV pool persists, and the prefix cache finds the
 // earlier turns' full blocks (as `serve` finds a shared system prompt).
+#include <algorithm>
 #include <iostream>
 
 #include <fmt/core.h>
@@ -10,6 +11,7 @@
 #include "apps/common.h"
 #include "apps/generation_options.h"
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "tokenizer/utf8.h"
 
 namespace tandem::apps {
@@ -46,6 +48,12 @@ Command add_chat_command(CLI::App& app) {
     GenerationConfig cfg = a->gen.config(tok.vocab());
     cfg.draft_model = draft.value().get();
     Generator gen(model, ctx);
+    // A template with reasoning (gpt-oss's channels, <think> tags): the reasoning goes to
+    // stderr, the answer to stdout and into the conversation.
+    const ReasoningFormat rf = detect_reasoning_format(tmpl->source());
+    std::vector<int32_t> markers;
+    for (const std::string& m : reasoning_markers(rf))
+      if (int32_t id = tok.vocab().find(m); id >= 0) markers.push_back(id);
     const bool interactive = a->prompt.empty();
     std::string line;
     while (true) {
@@ -61,14 +69,23 @@ Command add_chat_command(CLI::App& app) {
       if (!text.ok()) return fail(text.error().message);
       const auto prompt = tok.encode_chat(text.value(), a->allow_special_in_messages);
       std::string reply;
-      Utf8Streamer out;
-      auto st = gen.generate(prompt, cfg, [&](int32_t t) {
-        const std::string piece = tok.token_to_piece(t);
-        reply += piece;
-        fmt::print("{}", out.push(piece));
+      Utf8Streamer out, thought;
+      const std::string& rendered = text.value().text;
+      ReasoningStream reasoning(rf, std::string_view(rendered).substr(rendered.size() > 32 ? rendered.size() - 32 : 0));
+      auto show = [&](const ReasoningOutput& o) {
+        if (!o.reasoning.empty()) fmt::print(stderr, "{}", thought.push(o.reasoning));
+        reply += o.content;
+        fmt::print("{}", out.push(o.content));
         std::fflush(stdout);
+      };
+      auto st = gen.generate(prompt, cfg, [&](int32_t t) {
+        const bool marker = std::find(markers.begin(), markers.end(), t) != markers.end();
+        show(reasoning.push(tok.token_to_piece(t, marker)));
         return true;
       });
+      show(reasoning.finish());
+      const std::string thought_rest = thought.flush();
+      if (!thought_rest.empty()) fmt::print(stderr, "{}\n", thought_rest);
       fmt::print("{}\n", out.flush());
       if (!st.ok()) return fail(st.error().message);
       messages.push_back({"assistant", reply});

@@ -364,6 +364,9 @@ ojson messages_for_template(const ojson& messages) {
   ojson out = messages;
   if (!out.is_array()) return out;
   for (auto& m : out) {
+    // gpt-oss's template reads an earlier answer's reasoning as "thinking" (as llama.cpp passes it).
+    if (m.is_object() && m.contains("reasoning_content") && m["reasoning_content"].is_string() && !m.contains("thinking"))
+      m["thinking"] = m["reasoning_content"];
     if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
     for (auto& call : m["tool_calls"]) {
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;

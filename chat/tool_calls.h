@@ -119,7 +119,8 @@ std::string make_tool_call_id(ToolCallFamily family, std::mt19937_64& rng);
 
 // OpenAI messages as chat templates expect them: a tool call's "arguments" (a JSON string in
 // the API) becomes the object it encodes, since templates write it with `| tojson`. Arguments
-// that are not a JSON object stay a string.
+// that are not a JSON object stay a string. An earlier answer's "reasoning_content" is also its
+// "thinking" (gpt-oss's template reads that name).
 nlohmann::ordered_json messages_for_template(const nlohmann::ordered_json& messages);
 
 // GBNF text for output that is a call (or, with `parallel`, one to kMaxParallelCalls calls) in the family's

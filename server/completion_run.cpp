@@ -10,6 +10,7 @@
 #include <random>
 #include <variant>
 
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "core/timer.h"
 #include "server/access_policy.h"
@@ -66,11 +67,27 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
                 std::string tenant, std::optional<ToolOutput> tools = std::nullopt)
       : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
         tenant_(std::move(tenant)), response_(chat, ctx.model_name), text_(pr_.stop), tool_output_(std::move(tools)) {
-    if (tool_output_)
+    const ReasoningFormat rf = chat && ctx.chat ? detect_reasoning_format(ctx.chat->source()) : ReasoningFormat::None;
+    // Harmony's calls are messages to functions.NAME: its parser reads them, not the family's
+    // (but for the generic format, whose calls are the constrained answer's JSON).
+    harmony_ = rf == ReasoningFormat::Harmony && !(tool_output_ && tool_output_->family == ToolCallFamily::Generic);
+    if (tool_output_ && !harmony_)
       tool_stream_ = std::make_unique<ToolCallStream>(tool_output_->family, pr_.parallel_tool_calls ? SIZE_MAX : 1);
+    if (rf != ReasoningFormat::None) {
+      for (const std::string& m : reasoning_markers(rf))
+        if (int32_t id = ctx.tok.vocab().find(m); id >= 0) reasoning_markers_.push_back(id);
+    }
+    reasoning_format_ = rf;
   }
 
   void submit(RequestParams rp) {
+    if (reasoning_format_ != ReasoningFormat::None) {
+      // The prompt's last tokens say whether the template opened the reasoning ("<think>").
+      std::string tail;
+      for (size_t k = rp.prompt.size() > 4 ? rp.prompt.size() - 4 : 0; k < rp.prompt.size(); k++)
+        tail += ctx_.tok.token_to_piece(rp.prompt[k], true);
+      reasoning_ = std::make_unique<ReasoningStream>(reasoning_format_, tail);
+    }
     auto self = shared_from_this();
     w_->on_gone([self] { self->client_left(); });
     ctx_.loop.submit(
@@ -147,10 +164,12 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     last_token_s_ = it.at_s;
     if (text_.stopped() || calls_complete_) return;  // tokens the engine made before it saw our cancel
     completion_tokens_++;
-    const std::string piece = ctx_.tok.token_to_piece(e.token, is_tool_marker(e.token));
+    const std::string piece = ctx_.tok.token_to_piece(e.token, is_tool_marker(e.token) || is_reasoning_marker(e.token));
     std::string text = text_.push(piece);
     if (text_.stopped()) ctx_.loop.cancel(id_);
     std::vector<ToolCall> calls;
+    std::string reasoning;
+    if (reasoning_) split_reasoning(reasoning_->push(text), &text, &reasoning, &calls);
     if (tool_stream_) {
       ToolCallOutput o = tool_stream_->push(text);
       text = std::move(o.content);
@@ -170,10 +189,12 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     }
     if (!pr_.stream) {
       text_out_ += text;
+      reasoning_out_ += reasoning;
       add_calls(std::move(calls));
       if (pr_.logprobs) logprobs_.push_back(std::move(lp));
       return;
     }
+    if (!reasoning.empty()) send(response_.delta_chunk({{"reasoning_content", reasoning}}, nullptr));
     if (!text.empty() || pr_.logprobs) {
       ojson lj = nullptr;
       if (pr_.logprobs) lj = chat_ ? chat_logprobs({lp}) : completion_logprobs({lp}, pr_.top_logprobs > 0, streamed_bytes_);
@@ -181,6 +202,27 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       send(response_.chunk(text, lj, nullptr, false));
     }
     send_calls(std::move(calls));
+  }
+
+  bool is_reasoning_marker(int32_t token) const {
+    return std::find(reasoning_markers_.begin(), reasoning_markers_.end(), token) != reasoning_markers_.end();
+  }
+
+  // The reasoning parser's output: its content replaces `text`; Harmony's calls count only when
+  // the request offered tools (parallel_tool_calls false: the first one ends the answer).
+  void split_reasoning(ReasoningOutput o, std::string* text, std::string* reasoning, std::vector<ToolCall>* calls) {
+    *text = std::move(o.content);
+    *reasoning = std::move(o.reasoning);
+    if (!tool_output_ || !harmony_) return;
+    for (ToolCall& c : o.calls) {
+      if (!pr_.parallel_tool_calls && n_harmony_calls_ >= 1) break;
+      n_harmony_calls_++;
+      calls->push_back(std::move(c));
+    }
+    if (!pr_.parallel_tool_calls && n_harmony_calls_ >= 1 && !calls_complete_) {
+      calls_complete_ = true;
+      ctx_.loop.cancel(id_);
+    }
   }
 
   bool is_tool_marker(int32_t token) const {
@@ -230,6 +272,15 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     if (e.finish == FinishReason::Error) return fail(e.error, e.over_budget);
     std::string rest = text_.flush();
     std::vector<ToolCall> calls;
+    std::string reasoning;
+    if (reasoning_) {
+      ReasoningOutput o = reasoning_->push(rest), end = reasoning_->finish();
+      o.content += end.content;
+      o.reasoning += end.reasoning;
+      for (ToolCall& c : end.calls) o.calls.push_back(std::move(c));
+      split_reasoning(std::move(o), &rest, &reasoning, &calls);
+      if (reason == "stop" && n_harmony_calls_ > 0) reason = "tool_calls";
+    }
     if (tool_stream_) {
       ToolCallOutput o = tool_stream_->push(rest);
       ToolCallOutput end = tool_stream_->finish();
@@ -241,8 +292,11 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     if (!pr_.stream) {
       add_calls(std::move(calls));
       const ojson lp = !pr_.logprobs ? ojson(nullptr) : chat_ ? chat_logprobs(logprobs_) : completion_logprobs(logprobs_, pr_.top_logprobs > 0);
-      return w_->respond(json_response(200, response_.answer(text_out_ + rest, tool_calls_, lp, reason, usage()), extra_));
+      ojson body = response_.answer(text_out_ + rest, tool_calls_, lp, reason, usage());
+      if (!(reasoning_out_ + reasoning).empty()) body["choices"][0]["message"]["reasoning_content"] = reasoning_out_ + reasoning;
+      return w_->respond(json_response(200, body, extra_));
     }
+    if (!reasoning.empty()) send(response_.delta_chunk({{"reasoning_content", reasoning}}, nullptr));
     if (!rest.empty()) send(response_.chunk(rest, nullptr, nullptr, false));
     send_calls(std::move(calls));
     send(response_.chunk("", nullptr, reason, false));
@@ -306,6 +360,14 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   std::vector<ojson> tool_calls_;
   std::mt19937_64 id_rng_{std::random_device{}()};
   bool calls_complete_ = false;  // parallel_tool_calls false and the one call has come
+  // A template with reasoning (chat/reasoning.h): its parser, the marker tokens rendered as
+  // text for it, the reasoning so far (a whole answer's "reasoning_content").
+  ReasoningFormat reasoning_format_ = ReasoningFormat::None;
+  bool harmony_ = false;  // harmony, and its calls are read from its channels (not the generic format)
+  std::unique_ptr<ReasoningStream> reasoning_;
+  std::vector<int32_t> reasoning_markers_;
+  std::string reasoning_out_;
+  size_t n_harmony_calls_ = 0;
 };
 
 }  // namespace

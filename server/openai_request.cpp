@@ -133,7 +133,7 @@ constexpr Field kFields[] = {
     {"audio", true, false, Use::Refused},
     {"prediction", true, false, Use::Refused},
     {"web_search_options", true, false, Use::Refused},
-    {"reasoning_effort", true, false, Use::Refused},
+    {"reasoning_effort", true, false, Use::Read},
     {"verbosity", true, false, Use::Refused},
     {"suffix", false, true, Use::Refused},
 };
@@ -207,8 +207,12 @@ bool present(const json& o, const char* key) { return o.contains(key) && !o[key]
 // tool message's tool_call_id in OpenAI's shape. Every key is one tandem reads.
 Status parse_message(Checker& c, const json& m, const std::string& at) {
   if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) return c.fail(at, "needs a string 'role'");
-  TANDEM_TRY(known_keys(c, m, at, {"role", "content", "name", "tool_calls", "tool_call_id"}));
+  TANDEM_TRY(known_keys(c, m, at, {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"}));
   if (present(m, "name") && !m["name"].is_string()) return c.fail(at + ".name", "must be a string");
+  // An earlier answer's reasoning, as tandem and llama-server return it: templates that keep it
+  // read it (Qwen3's as reasoning_content, gpt-oss's as thinking).
+  if (present(m, "reasoning_content") && !m["reasoning_content"].is_string())
+    return c.fail(at + ".reasoning_content", "must be a string");
   if (m.contains("content") && m["content"].is_array()) {
     const json& parts = m["content"];
     if (parts.size() > kMaxContentParts) return c.fail(at + ".content", fmt::format("has more than {} parts", kMaxContentParts));
@@ -421,6 +425,12 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
     if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 256)
       return c.fail("cache_salt", "must be a string of 1 to 256 bytes").error();
     r.cache_salt = salt.get<std::string>();
+  }
+  if (present(body, "reasoning_effort")) {
+    const json& e = body["reasoning_effort"];
+    if (!e.is_string() || (e != "low" && e != "medium" && e != "high"))
+      return c.fail("reasoning_effort", "must be \"low\", \"medium\" or \"high\"").error();
+    r.reasoning_effort = e.get<std::string>();
   }
   TANDEM_TRY(c.boolean("stream", &r.stream));
   TANDEM_TRY(c.boolean("ignore_eos", &r.ignore_eos));

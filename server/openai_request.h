@@ -70,6 +70,9 @@ struct ParsedRequest {
   // unset: the server's --speculative setting. "draft" needs a server started with --draft-model.
   std::optional<SpeculativeParams> speculative;
   std::string cache_salt;   // "" when not given
+  // "low" | "medium" | "high" ("" when not given): for templates that read reasoning_effort
+  // (gpt-oss's); a template that does not is a 400 (tool_use.h: check_template_fields).
+  std::string reasoning_effort;
   // vLLM's and llama-server's "ignore_eos": end-of-generation tokens do not end the answer
   // (it runs to max_tokens or a stop string): benchmarks, and streams of a known length.
   bool ignore_eos = false;

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "chat/reasoning.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
 #include "server/access_policy.h"
@@ -34,11 +35,20 @@ std::optional<Rejection> render_prompt(EndpointContext& ctx, bool chat, Prepared
     return std::nullopt;
   }
   if (!ctx.chat) return Rejection{400, "this model has no usable chat template; use /v1/completions", ""};
+  if (Status s = check_template_fields(*ctx.chat, pr); !s.ok()) return Rejection{400, s.error().message, "reasoning_effort"};
   auto format = tool_format_for(pr, *ctx.chat, &ctx.tok.vocab(), ctx.tool_format);
   if (!format.ok()) return Rejection{400, format.error().message, "tools"};
+  // gpt-oss's harmony calls are parsed from its channels (chat/reasoning.h); a call forced by a
+  // grammar is written only in the families' formats.
+  const bool harmony = pr.tools_active() && format->family != ToolCallFamily::Generic &&
+                       detect_reasoning_format(ctx.chat->source()) == ReasoningFormat::Harmony;
+  if (harmony && pr.tool_call_forced())
+    return Rejection{400, "tool_choice 'required' or a named function is not supported with the harmony (gpt-oss) format; "
+                          "use 'auto', or serve with --tool-format generic", "tool_choice"};
   if (pr.tools_active()) {
     out.tools = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
-    out.headers.emplace_back("X-Tandem-Tool-Format", tool_call_family_name(format->family));  // which format served the calls
+    // which format served the calls
+    out.headers.emplace_back("X-Tandem-Tool-Format", harmony ? "harmony" : tool_call_family_name(format->family));
   }
   const Status forced = add_tool_call_constraint(&pr, format->family, [](const ojson& schema, const std::string& prefix) {
     return grammar::json_schema_to_gbnf(schema, prefix);

@@ -117,6 +117,10 @@ Result<std::string> apply_template_answer(const ojson& body, const ChatTemplate*
     return make_error("this model has no usable chat template");
   }
   const ParsedRequest& pr = parsed.value();
+  if (Status s = check_template_fields(*chat, pr); !s.ok()) {
+    *bad = "reasoning_effort";
+    return s.error();
+  }
   auto f = tool_format_for(pr, *chat, nullptr, tool_format);
   if (!f.ok()) {
     *bad = "tools";

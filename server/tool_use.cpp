@@ -38,10 +38,18 @@ Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const Parsed
     p.required = pr.tool_call_forced();
     p.forced_function = pr.tool_choice == ParsedRequest::ToolChoice::Function ? pr.tool_choice_function : "";
     p.parallel = pr.parallel_tool_calls;
-    return chat.render_json(generic_tool_messages(pr.messages, p), add_generation_prompt, nullptr);
+    const ojson vars = pr.reasoning_effort.empty() ? ojson::object() : ojson{{"reasoning_effort", pr.reasoning_effort}};
+    return chat.render_json(generic_tool_messages(pr.messages, p), add_generation_prompt, &vars);
   }
-  const ojson vars = pr.tools_active() ? ojson{{"tools", pr.tools}} : ojson::object();
+  ojson vars = pr.tools_active() ? ojson{{"tools", pr.tools}} : ojson::object();
+  if (!pr.reasoning_effort.empty()) vars["reasoning_effort"] = pr.reasoning_effort;
   return chat.render_json(messages_for_template(pr.messages), add_generation_prompt, &vars);
+}
+
+Status check_template_fields(const ChatTemplate& chat, const ParsedRequest& pr) {
+  if (!pr.reasoning_effort.empty() && !template_reads_variable(chat.source(), "reasoning_effort"))
+    return make_error("'reasoning_effort' is not supported by this model's chat template (it never reads it)");
+  return Status::Ok();
 }
 
 Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf) {

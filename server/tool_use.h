@@ -33,6 +33,10 @@ Result<ToolCallFormat> tool_format_for(const ParsedRequest& pr, const ChatTempla
 Result<RenderedPrompt> render_chat_prompt(const ChatTemplate& chat, const ParsedRequest& pr, bool add_generation_prompt,
                                           ToolCallFamily family = ToolCallFamily::Hermes);
 
+// Request fields only some templates read: reasoning_effort (gpt-oss's) is an error (for that
+// parameter) when the template never reads it.
+Status check_template_fields(const ChatTemplate& chat, const ParsedRequest& pr);
+
 // JSON Schema -> GBNF rules named `prefix` + ..., entry `prefix` + "root"
 // (grammar::json_schema_to_gbnf; a parameter so that this is testable on its own).
 using SchemaToGbnf = std::function<Result<std::string>(const nlohmann::ordered_json& schema, const std::string& prefix)>;

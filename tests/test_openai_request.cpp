@@ -45,7 +45,7 @@ TEST(OpenAiFields, EveryUnhonouredFieldIsA400NamingIt) {
       {"frequency_penalty", 0.5}, {"presence_penalty", -1}, {"logit_bias", {{"50256", -100}}}, {"store", true},
       {"service_tier", "flex"},   {"modalities", {"text", "audio"}}, {"audio", {{"voice", "alloy"}}},
       {"functions", json::array()}, {"function_call", "auto"}, {"prediction", {{"type", "content"}}},
-      {"web_search_options", json::object()}, {"reasoning_effort", "low"}, {"verbosity", "low"}, {"user", 5},
+      {"web_search_options", json::object()}, {"reasoning_effort", "extreme"}, {"verbosity", "low"}, {"user", 5},
       {"metadata", {{"k", 1}}}, {"best_of", 1}, {"echo", false}, {"suffix", "x"}, {"prompt", "x"},
       {"no_such_field", nullptr}, {"stream_options", {{"include_obfuscation", true}}}, {"stream_options", {{"x", 1}}},
   };

@@ -22,6 +22,13 @@ inline std::string gemma_model_path() {
   return std::string(TANDEM_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
 }
 
+// gpt-oss's vocabulary (o200k_harmony) alone: $TANDEM_O200K_VOCAB, else
+// models/o200k-harmony-vocab.gguf (tests/reference/make_o200k_tokens.py writes it).
+inline std::string o200k_vocab_path() {
+  if (const char* env = std::getenv("TANDEM_O200K_VOCAB")) return env;
+  return std::string(TANDEM_SOURCE_DIR) + "/models/o200k-harmony-vocab.gguf";
+}
+
 inline bool exists(const std::string& p) { return std::filesystem::exists(p); }
 
 }  // namespace tandem::test

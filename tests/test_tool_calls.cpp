@@ -232,6 +232,25 @@ TEST(ToolCalls, MessagesForTemplatesHaveArgumentObjects) {
   EXPECT_NE(r->text.find("<tool_response>\n18C\n</tool_response>"), std::string::npos);
 }
 
+// An earlier answer's reasoning_content is gpt-oss's "thinking": the template keeps it before
+// a call (the only reasoning it renders back).
+TEST(ToolCalls, ReasoningContentIsGptOssThinking) {
+  const json msgs = json::parse(R"([{"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": null, "reasoning_content": "Need the weather.", "tool_calls": [
+      {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "18C"}])");
+  const json out = messages_for_template(msgs);
+  EXPECT_EQ(out[1]["thinking"], "Need the weather.");
+  auto t = ChatTemplate::from_source(template_text("gpt-oss"), "<|startoftext|>", "<|return|>");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  auto r = t->render_json(out, true, nullptr);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_NE(r->text.find("<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>"
+                         "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"),
+            std::string::npos)
+      << r->text;
+}
+
 TEST(ToolCalls, IdsPerFamily) {
   std::mt19937_64 rng(1);
   const std::string m = make_tool_call_id(ToolCallFamily::Mistral, rng);

@@ -135,6 +135,12 @@ void mark_end_of_generation(Vocab& v) {
     if (v.types[id] == TokenType::Normal || v.types[id] == TokenType::UserDefined) v.types[id] = TokenType::Control;
     if (v.types[id] == TokenType::Control && !v.is_eog(id)) v.end_of_generation.push_back(id);
   }
+  // gpt-oss (o200k_harmony): <|end|> closes a message (the reasoning), not the answer, which
+  // ends with <|return|> or <|call|>. As llama.cpp does, <|end|> is no end of generation
+  // when both of those are.
+  const int32_t end = v.find("<|end|>"), ret = v.find("<|return|>"), call = v.find("<|call|>");
+  if (end >= 0 && ret >= 0 && call >= 0 && v.is_eog(ret) && v.is_eog(call))
+    std::erase(v.end_of_generation, end);
 }
 
 // Which tokens swallow the whitespace after them (none, but for Phi-3's added tokens).

@@ -49,6 +49,9 @@ TEMPLATES = {
     "gemma-3": ("<bos>", "<eos>"),
     "phi-3-mini": ("<s>", "<|endoftext|>"),
     "phi-3.5-mini": ("<s>", "<|endoftext|>"),
+    # OpenAI's harmony format, as llama.cpp ships it (models/templates/openai-gpt-oss-120b.jinja;
+    # gpt-oss-20b's GGUF carries the same text). It prints strftime_now's date: the test masks it.
+    "gpt-oss": ("<|startoftext|>", "<|return|>"),
 }
 
 WEATHER_TOOL = {
@@ -57,6 +60,26 @@ WEATHER_TOOL = {
         "name": "get_weather",
         "description": "Current weather in a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+TRIP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "plan_trip",
+        "description": "Plans a trip",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "destination": {"type": "string", "description": "Where to go"},
+                "days": {"type": "integer", "default": 3},
+                "mode": {"type": "string", "enum": ["train", "plane"]},
+                "budget": {"type": ["number", "null"]},
+                "stops": {"type": "array", "items": {"type": "string"}},
+                "prefs": {"type": "object", "properties": {"window": {"type": "boolean"}}},
+            },
+            "required": ["destination"],
+        },
     },
 }
 
@@ -112,6 +135,24 @@ CONVERSATIONS = {
     },
 }
 
+CONVERSATIONS["tools_offered"] = {
+    "messages": [{"role": "system", "content": "Use tools when useful."}, {"role": "user", "content": "Plan a trip to Rome"}],
+    "extra": {"tools": [WEATHER_TOOL, TRIP_TOOL]},
+}
+CONVERSATIONS["tool_call_then_answer"] = {
+    "messages": CONVERSATIONS["tool_call"]["messages"] + [{"role": "assistant", "content": "It is 18 C in Paris."},
+                                                          {"role": "user", "content": "And tomorrow?"}],
+    "extra": {"tools": [WEATHER_TOOL]},
+}
+CONVERSATIONS["thinking_in_history"] = {
+    "messages": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "thinking": "Simple arithmetic.", "content": "4"},
+        {"role": "user", "content": "Times 3?"},
+    ],
+    "extra": {"reasoning_effort": "high"},
+}
+
 # Which conversations each template is rendered with (others may be unsupported by design).
 PLAIN = ["one_user", "system_user", "multi_turn", "system_multi_turn", "unicode_quotes", "roles_do_not_alternate"]
 USES = {name: PLAIN for name in TEMPLATES}
@@ -124,6 +165,7 @@ BUILTINS = {"gemma": "gemma-3"}
 BUILTIN_DIR = os.path.join(HERE, "..", "..", "chat", "templates")
 for name in ("qwen2.5", "llama-3.1", "mistral-instruct-v0.3"):
     USES[name] = PLAIN + ["tool_call"]
+USES["gpt-oss"] = PLAIN + ["system_only", "tool_call", "tools_offered", "tool_call_then_answer", "thinking_in_history"]
 
 # Jinja features on their own: (name, template, context)
 SNIPPETS = [

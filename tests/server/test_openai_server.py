@@ -68,19 +68,28 @@ def wait_idle(port):
         time.sleep(0.05)
 
 
-def main():
+def args_or_skip():
+    """--tandem and --model, or None (after saying why) when the model or the openai package is missing."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", required=True)
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
     if not os.path.exists(a.model):
         print(f"skip: no model at {a.model} (run scripts/setup.sh)")
-        return SKIP
+        return None
     try:
-        import openai
+        import openai  # noqa: F401
     except ImportError:
         print("skip: the openai package is not installed (scripts/setup.sh installs it)")
+        return None
+    return a
+
+
+def main():
+    a = args_or_skip()
+    if a is None:
         return SKIP
+    import openai
 
     proc, port = start_server(a.tandem, a.model)
     try:

@@ -22,13 +22,12 @@ Exit code 77 (CTest: skipped) when the model or the openai package is missing.
 
     python3 tests/server/test_tool_calls.py --tandem build/tandem --model models/....gguf
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_openai_server import SKIP, check, failures, raw, start_server  # noqa: E402
+from test_openai_server import SKIP, args_or_skip, check, failures, raw, start_server  # noqa: E402
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates", "smollm2-tools.jinja")
 
@@ -325,18 +324,10 @@ def structured_output_checks(client):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tandem", required=True)
-    ap.add_argument("--model", required=True)
-    a = ap.parse_args()
-    if not os.path.exists(a.model):
-        print(f"skip: no model at {a.model} (run scripts/setup.sh)")
+    a = args_or_skip()
+    if a is None:
         return SKIP
-    try:
-        import openai
-    except ImportError:
-        print("skip: the openai package is not installed (scripts/setup.sh installs it)")
-        return SKIP
+    import openai
 
     gemma = os.path.join(os.path.dirname(os.path.abspath(a.model)), "gemma-3-270m-q4_k_m.gguf")
     runs = [(a.model, (), "own"), (a.model, ("--tool-format", "template"), "template-only"),
