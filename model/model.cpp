@@ -87,6 +87,29 @@ void Model::ensure_scratch(int64_t n, int64_t n_logit_rows) {
   if (logits_.rows < n_logit_rows) logits_ = be.new_tensor(n_logit_rows, tp_.n_vocab);
 }
 
+// x = the batch's token embeddings. Under tensor parallelism each rank has its vocabulary rows;
+// the others' tokens are zero rows until the sum over the ranks (exact).
+void Model::embed_tokens(const ForwardBatch& b, const Tensor& x) {
+  const float scale = config_.spec.embedding_scale;
+  if (Collectives* ranks = collectives()) {
+    backend_->embed_shard(weights_.token_embd, tp_.vocab0, b, x, scale);
+    backend_->all_reduce(x, *ranks);
+  } else {
+    backend_->embed(weights_.token_embd, b, x, scale);
+  }
+}
+
+// A routed layer's feed-forward: proj = the sum over each token's experts (the router's top-k)
+// of its weight times the expert's gated FFN of xb.
+void Model::routed_ffn(const LayerWeights& L, const Tensor& xb, const Tensor& proj) {
+  const MoeSpec& moe = config_.spec.moe;
+  const Tensor router = router_.rows_view(0, xb.rows), routes = routes_.rows_view(0, xb.rows);
+  const Product p{&L.router, &router, L.router_bias.data ? &L.router_bias : nullptr};
+  backend_->matmul({&p, 1}, xb);
+  backend_->moe_route(router, moe.routing, routes);
+  backend_->moe_ffn(xb, routes, moe.routing.n_used, L.experts(), config_.spec.activation, proj);
+}
+
 // Prefill multiplies every weight by a block of n tokens (matrix-matrix); decode, with n == 1,
 // by a single vector (matrix-vector). Weights that read the same input run as one group. The
 // family's differences are the spec's fields, read here and nowhere else.
@@ -104,8 +127,6 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
   const Tensor x = x_.rows_view(0, n), xb = xb_.rows_view(0, n), q = q_.rows_view(0, n), k = k_.rows_view(0, n),
                v = v_.rows_view(0, n), att = att_.rows_view(0, n), proj = proj_.rows_view(0, n),
                gate = gate_.rows_view(0, n), up = up_.rows_view(0, n);
-  const Tensor router = a.moe.active() ? router_.rows_view(0, n) : Tensor{},
-               routes = a.moe.active() ? routes_.rows_view(0, n) : Tensor{};
   std::vector<Tensor> angles;  // per RoPE set
   for (const Tensor& t : rope_cs_) angles.push_back(t.rows_view(0, n));
   const std::span<const int64_t> logit_rows = b.logit_rows();
@@ -127,12 +148,7 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
     be.gather_columns(proj_part, proj, tp_.embd_cols, *ranks);
   };
   be.run_pass(n, [&] {
-    if (ranks) {  // each rank has its vocabulary rows; the others' tokens are zero rows until summed (exact)
-      be.embed_shard(weights_.token_embd, tp_.vocab0, b, x, a.embedding_scale);
-      be.all_reduce(x, *ranks);
-    } else {
-      be.embed(weights_.token_embd, b, x, a.embedding_scale);
-    }
+    embed_tokens(b, x);
     for (size_t i = 0; i < inv_freq_.size(); i++)  // once for every layer and head
       be.rope_angles(b, inv_freq_[i], c.rope_dim, angles[i]);
     be.rmsnorm(x, weights_.layers[0].attn_norm, xb, eps);
@@ -158,20 +174,7 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       if (sandwich) be.rmsnorm(proj, L.post_attn_norm, proj, eps);
       be.add_residual(x, proj, &L.ffn_norm, &xb, eps, a.residual_scale);
       if (ls.moe) {  // routed: x += the sum over each token's experts of weight * expert(xb)
-        matmul({{&L.router, &router, bias(L.router_bias)}}, xb);
-        be.moe_route(router, a.moe.routing, routes);
-        const bool shared = a.moe.n_ff_shared > 0;
-        const ExpertWeights experts{L.gate_exps,
-                                    L.up_exps,
-                                    L.down_exps,
-                                    shared ? &L.shexp_gate : nullptr,
-                                    shared ? &L.shexp_up : nullptr,
-                                    shared ? &L.shexp_down : nullptr,
-                                    shared ? &L.shexp_router : nullptr,
-                                    bias(L.gate_exps_bias),
-                                    bias(L.up_exps_bias),
-                                    bias(L.down_exps_bias)};
-        be.moe_ffn(xb, routes, a.moe.routing.n_used, experts, a.activation, proj);
+        routed_ffn(L, xb, proj);
       } else {  // feed-forward sub-block (gated): x += W_down (act(W_gate xb) * W_up xb)
         matmul({{&L.w_gate, &gate}, {&L.w_up, &up}}, xb);
         be.gated_activation(gate, up, a.activation);

@@ -98,6 +98,9 @@ class Model {
   // `groups`: which layers a block of `kv` holds (kv/layer_groups.h; one group of all layers
   // for a full store).
   void pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at);
+  // Parts of pass(), each a sequence of backend calls.
+  void embed_tokens(const ForwardBatch& b, const Tensor& x);
+  void routed_ffn(const LayerWeights& L, const Tensor& xb, const Tensor& proj);
   // Tensor parallel: the pass on every rank, then every rank's vocabulary share of the logits
   // gathered into full rows (gathered_); an error when a peer failed. Full stores only.
   Result<std::span<const float>> parallel_pass(const KvStore& kv, const ForwardBatch& b);

@@ -161,6 +161,15 @@ uint64_t layer_bytes(const LayerWeights& l, double expert_share) {
 
 }  // namespace
 
+ExpertWeights LayerWeights::experts() const {
+  auto loaded = [](const Weight& w) { return w.impl ? &w : nullptr; };
+  auto tensor = [](const Tensor& t) { return t.data ? &t : nullptr; };
+  return ExpertWeights{gate_exps,          up_exps,           down_exps,
+                       loaded(shexp_gate), loaded(shexp_up),  loaded(shexp_down),
+                       loaded(shexp_router), tensor(gate_exps_bias), tensor(up_exps_bias),
+                       tensor(down_exps_bias)};
+}
+
 uint64_t ModelWeights::bytes_per_token() const {
   uint64_t b = output.bytes + (uint64_t)output_norm.cols * 4;
   for (const auto& l : layers)

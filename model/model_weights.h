@@ -39,6 +39,8 @@ struct LayerWeights {
   Tensor router_bias;     // [1, n_expert]: moe.router_bias
   std::vector<Weight> gate_exps, up_exps, down_exps;
   Tensor gate_exps_bias, up_exps_bias, down_exps_bias;  // [n_expert, n_ff_exp], ..., [n_expert, n_embd]: moe.expert_bias
+  // The routed experts as the backend takes them (the shared expert and biases where loaded).
+  ExpertWeights experts() const;
   // Qwen2-MoE's shared expert (ffn_{gate,up,down}_shexp) and its gate [1, n_embd].
   Weight shexp_gate, shexp_up, shexp_down, shexp_router;
 };
