@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/draft_model.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/token_mask.h"
 #include "engine/sampler.h"
@@ -82,6 +83,8 @@ class Generator {
 
  private:
   Status ensure_pool(int64_t tokens, DType dtype);
+  // Mode Draft: the draft model with its pool (kept across calls); otherwise none.
+  Result<DraftModel> ensure_draft_pool(const GenerationConfig& cfg);
 
   Model& model_;
   int64_t context_tokens_;

@@ -372,8 +372,122 @@ Status parse_grammar(Checker& c, ParsedRequest* r) {
   return Status::Ok();
 }
 
+// The completions prompt: a string, or an array of exactly one string.
+Status parse_prompt(Checker& c, ParsedRequest* r) {
+  if (!c.body.contains("prompt")) return c.fail("prompt", "is required");
+  const json& p = c.body["prompt"];
+  if (p.is_string()) {
+    r->prompt = p.get<std::string>();
+  } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+    r->prompt = p[0].get<std::string>();
+  } else {
+    return c.fail("prompt", "must be a string (or an array of one string)");
+  }
+  return Status::Ok();
+}
+
+// Length and sampling: max_tokens (chat's max_completion_tokens wins), temperature, top_p, seed, n.
+Status parse_sampling(Checker& c, bool chat, uint64_t seed_if_absent, ParsedRequest* r) {
+  const json& body = c.body;
+  int64_t max_tokens = r->max_tokens;
+  TANDEM_TRY(c.integer(chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", 0, 1 << 20,
+                       &max_tokens, &r->max_tokens_given));
+  r->max_tokens = (int)max_tokens;
+  double temp = 1.0, top_p = 1.0;
+  TANDEM_TRY(c.number("temperature", 0, 2, &temp));
+  TANDEM_TRY(c.number("top_p", 0, 1, &top_p));
+  r->sampling.temperature = (float)temp;
+  r->sampling.top_p = (float)top_p;
+  r->sampling.top_k = 0;    // OpenAI has no top-k or min-p: the full distribution
+  r->sampling.min_p = 0;
+  int64_t seed = -1;
+  TANDEM_TRY(c.integer("seed", INT64_MIN, INT64_MAX, &seed));
+  r->sampling.seed = body.contains("seed") && !body["seed"].is_null() ? (uint64_t)seed : seed_if_absent;
+  int64_t n = 1;
+  TANDEM_TRY(c.integer("n", 1, 128, &n));
+  if (n != 1) return c.fail("n", "must be 1 (tandem returns one choice)");
+  return Status::Ok();
+}
+
+// The prefix cache's salt and the chat template's reasoning effort: plain strings, checked here.
+Status parse_salt_and_effort(Checker& c, ParsedRequest* r) {
+  if (present(c.body, "cache_salt")) {
+    const json& salt = c.body["cache_salt"];
+    if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 256)
+      return c.fail("cache_salt", "must be a string of 1 to 256 bytes");
+    r->cache_salt = salt.get<std::string>();
+  }
+  if (present(c.body, "reasoning_effort")) {
+    const json& e = c.body["reasoning_effort"];
+    if (!e.is_string() || (e != "low" && e != "medium" && e != "high"))
+      return c.fail("reasoning_effort", "must be \"low\", \"medium\" or \"high\"");
+    r->reasoning_effort = e.get<std::string>();
+  }
+  return Status::Ok();
+}
+
+// stream, ignore_eos and stream_options, whose only key tandem acts on is include_usage.
+Status parse_streaming(Checker& c, ParsedRequest* r) {
+  TANDEM_TRY(c.boolean("stream", &r->stream));
+  TANDEM_TRY(c.boolean("ignore_eos", &r->ignore_eos));
+  if (!c.body.contains("stream_options") || c.body["stream_options"].is_null()) return Status::Ok();
+  const json& so = c.body["stream_options"];
+  if (!so.is_object()) return c.fail("stream_options", "must be an object");
+  for (auto it = so.begin(); it != so.end(); ++it) {
+    // tandem pads no chunks: include_obfuscation is accepted only as false.
+    if (it.key() == "include_obfuscation" && (it.value().is_null() || it.value() == false)) continue;
+    if (it.key() != "include_usage") return c.fail("stream_options." + it.key(), "is not supported");
+  }
+  if (so.contains("include_usage")) {
+    if (!so["include_usage"].is_boolean()) return c.fail("stream_options", "include_usage must be true or false");
+    r->include_usage = so["include_usage"].get<bool>();
+  }
+  return Status::Ok();
+}
+
+// Stop sequences: one string or an array of up to 4, as OpenAI allows.
+Status parse_stop(Checker& c, ParsedRequest* r) {
+  if (!c.body.contains("stop") || c.body["stop"].is_null()) return Status::Ok();
+  const json& s = c.body["stop"];
+  if (s.is_string()) {
+    r->stop.push_back(s.get<std::string>());
+  } else if (s.is_array() && s.size() <= 4) {
+    for (const auto& x : s) {
+      if (!x.is_string()) return c.fail("stop", "must be a string or an array of up to 4 strings");
+      r->stop.push_back(x.get<std::string>());
+    }
+  } else {
+    return c.fail("stop", "must be a string or an array of up to 4 strings");
+  }
+  return Status::Ok();
+}
+
+// logprobs differs by endpoint: chat takes a boolean plus top_logprobs, completions a count from 0 to 5.
+Status parse_logprobs(Checker& c, bool chat, ParsedRequest* r) {
+  if (c.body.contains("logprobs") && !c.body["logprobs"].is_null()) {
+    const json& l = c.body["logprobs"];
+    if (chat) {
+      if (!l.is_boolean()) return c.fail("logprobs", "must be true or false");
+      r->logprobs = l.get<bool>();
+    } else {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > 5)
+        return c.fail("logprobs", "must be an integer from 0 to 5");
+      r->logprobs = true;
+      r->top_logprobs = (int)l.get<int64_t>();
+    }
+  }
+  if (chat) {
+    int64_t top = 0;
+    TANDEM_TRY(c.integer("top_logprobs", 0, 20, &top));
+    if (top > 0 && !r->logprobs) return c.fail("top_logprobs", "needs 'logprobs': true");
+    r->top_logprobs = (int)top;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
+// Each field group is checked in a fixed order, so a body with several bad fields always names the same one.
 Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_if_absent, std::string* bad,
                                     std::initializer_list<std::string_view> also_allowed) {
   if (!body.is_object()) {
@@ -392,92 +506,14 @@ Result<ParsedRequest> parse_request(const json& body, bool chat, uint64_t seed_i
     TANDEM_TRY(parse_tool_choice(c, &r));
     TANDEM_TRY(parse_response_format(c, &r));
   } else {
-    if (!body.contains("prompt")) return c.fail("prompt", "is required").error();
-    const json& p = body["prompt"];
-    if (p.is_string()) {
-      r.prompt = p.get<std::string>();
-    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-      r.prompt = p[0].get<std::string>();
-    } else {
-      return c.fail("prompt", "must be a string (or an array of one string)").error();
-    }
+    TANDEM_TRY(parse_prompt(c, &r));
   }
-  int64_t max_tokens = r.max_tokens;
-  TANDEM_TRY(c.integer(chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", 0, 1 << 20,
-                       &max_tokens, &r.max_tokens_given));
-  r.max_tokens = (int)max_tokens;
-  double temp = 1.0, top_p = 1.0;
-  TANDEM_TRY(c.number("temperature", 0, 2, &temp));
-  TANDEM_TRY(c.number("top_p", 0, 1, &top_p));
-  r.sampling.temperature = (float)temp;
-  r.sampling.top_p = (float)top_p;
-  r.sampling.top_k = 0;    // OpenAI has no top-k or min-p: the full distribution
-  r.sampling.min_p = 0;
-  int64_t seed = -1;
-  TANDEM_TRY(c.integer("seed", INT64_MIN, INT64_MAX, &seed));
-  r.sampling.seed = body.contains("seed") && !body["seed"].is_null() ? (uint64_t)seed : seed_if_absent;
-  int64_t n = 1;
-  TANDEM_TRY(c.integer("n", 1, 128, &n));
-  if (n != 1) return c.fail("n", "must be 1 (tandem returns one choice)").error();
+  TANDEM_TRY(parse_sampling(c, chat, seed_if_absent, &r));
   TANDEM_TRY(parse_speculative(c, &r.speculative));
-  if (present(body, "cache_salt")) {
-    const json& salt = body["cache_salt"];
-    if (!salt.is_string() || salt.get_ref<const std::string&>().empty() || salt.get_ref<const std::string&>().size() > 256)
-      return c.fail("cache_salt", "must be a string of 1 to 256 bytes").error();
-    r.cache_salt = salt.get<std::string>();
-  }
-  if (present(body, "reasoning_effort")) {
-    const json& e = body["reasoning_effort"];
-    if (!e.is_string() || (e != "low" && e != "medium" && e != "high"))
-      return c.fail("reasoning_effort", "must be \"low\", \"medium\" or \"high\"").error();
-    r.reasoning_effort = e.get<std::string>();
-  }
-  TANDEM_TRY(c.boolean("stream", &r.stream));
-  TANDEM_TRY(c.boolean("ignore_eos", &r.ignore_eos));
-  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
-    const json& so = body["stream_options"];
-    if (!so.is_object()) return c.fail("stream_options", "must be an object").error();
-    for (auto it = so.begin(); it != so.end(); ++it) {
-      // tandem pads no chunks: include_obfuscation is accepted only as false.
-      if (it.key() == "include_obfuscation" && (it.value().is_null() || it.value() == false)) continue;
-      if (it.key() != "include_usage") return c.fail("stream_options." + it.key(), "is not supported").error();
-    }
-    if (so.contains("include_usage")) {
-      if (!so["include_usage"].is_boolean()) return c.fail("stream_options", "include_usage must be true or false").error();
-      r.include_usage = so["include_usage"].get<bool>();
-    }
-  }
-  if (body.contains("stop") && !body["stop"].is_null()) {
-    const json& s = body["stop"];
-    if (s.is_string()) {
-      r.stop.push_back(s.get<std::string>());
-    } else if (s.is_array() && s.size() <= 4) {
-      for (const auto& x : s) {
-        if (!x.is_string()) return c.fail("stop", "must be a string or an array of up to 4 strings").error();
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      return c.fail("stop", "must be a string or an array of up to 4 strings").error();
-    }
-  }
-  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
-    const json& l = body["logprobs"];
-    if (chat) {
-      if (!l.is_boolean()) return c.fail("logprobs", "must be true or false").error();
-      r.logprobs = l.get<bool>();
-    } else {
-      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() > 5)
-        return c.fail("logprobs", "must be an integer from 0 to 5").error();
-      r.logprobs = true;
-      r.top_logprobs = (int)l.get<int64_t>();
-    }
-  }
-  if (chat) {
-    int64_t top = 0;
-    TANDEM_TRY(c.integer("top_logprobs", 0, 20, &top));
-    if (top > 0 && !r.logprobs) return c.fail("top_logprobs", "needs 'logprobs': true").error();
-    r.top_logprobs = (int)top;
-  }
+  TANDEM_TRY(parse_salt_and_effort(c, &r));
+  TANDEM_TRY(parse_streaming(c, &r));
+  TANDEM_TRY(parse_stop(c, &r));
+  TANDEM_TRY(parse_logprobs(c, chat, &r));
   bool echo = false;
   TANDEM_TRY(c.boolean("echo", &echo));
   if (echo) return c.fail("echo", "is not supported").error();

@@ -223,6 +223,63 @@ class Interpreter {
     return Value();  // undefined, as Jinja's subscript of a missing item
   }
 
+  // [a, b, ...]: each item's string is charged, since the list holds a copy.
+  Value eval_list(const Expr& e, Scope& scope) {
+    budget_.allocate_items(e.items.size(), "list");
+    Array a;
+    a.reserve(e.items.size());
+    for (const ExprPtr& x : e.items) {
+      a.push_back(eval(*x, scope));
+      budget_.spend(a.back().s.size());  // a copy of the string lives in the list
+    }
+    return Value(std::move(a));
+  }
+
+  // {k: v, ...}: keys and values alternate in e.items, each key evaluated before its value.
+  Value eval_dict(const Expr& e, Scope& scope) {
+    budget_.allocate_items(e.items.size() / 2, "dict");
+    Value o{Object{}};
+    for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
+      const Value key = to_str(eval(*e.items[k], scope), budget_);
+      if (!key.taint.empty()) o.data = true;  // a key from request data
+      budget_.step((int64_t)o.obj->size());
+      Value v = eval(*e.items[k + 1], scope);
+      budget_.spend(v.s.size());
+      o.set(key.s, std::move(v));
+    }
+    return o;
+  }
+
+  // f(...) or obj.method(...): a built-in method of the object wins over an attribute of that name.
+  Value eval_call(const Expr& e, Scope& scope) {
+    Args args;
+    Kwargs kw;
+    if (e.a->kind == Expr::Kind::Attr) {
+      const Value obj = eval(*e.a->a, scope);
+      if (has_method(obj, e.a->name)) {
+        eval_args(e, scope, args, kw);
+        return call_method(obj, e.a->name, args, kw, budget_);
+      }
+    }
+    const Value fn = eval(*e.a, scope);
+    if (fn.kind != Value::Kind::Function) fail(e.line, "calling something that is not a function (" + std::string(fn.type_name()) + ")");
+    eval_args(e, scope, args, kw);
+    return (*fn.fn)(args, kw);
+  }
+
+  // not, + and -; negating INT64_MIN is an overflow, as in binary arithmetic.
+  Value eval_unary(const Expr& e, Scope& scope) {
+    const Value v = eval(*e.a, scope);
+    if (e.name == "not") return Value(!v.truthy());
+    if (!v.is_number()) fail(e.line, "unary " + e.name + " on a " + v.type_name());
+    if (e.name == "+") return v;
+    if (v.kind == Value::Kind::Int) {
+      if (v.i == INT64_MIN) fail(e.line, "integer overflow in -(" + std::to_string(v.i) + ")");
+      return Value(-v.i);
+    }
+    return Value(-v.f);
+  }
+
   Value eval(const Expr& e, Scope& scope) {
     const Budget::Nest nest(budget_);
     budget_.step();
@@ -232,29 +289,8 @@ class Interpreter {
         const Value* v = scope.find(e.name);
         return v ? *v : Value();
       }
-      case Expr::Kind::List: {
-        budget_.allocate_items(e.items.size(), "list");
-        Array a;
-        a.reserve(e.items.size());
-        for (const ExprPtr& x : e.items) {
-          a.push_back(eval(*x, scope));
-          budget_.spend(a.back().s.size());  // a copy of the string lives in the list
-        }
-        return Value(std::move(a));
-      }
-      case Expr::Kind::Dict: {
-        budget_.allocate_items(e.items.size() / 2, "dict");
-        Value o{Object{}};
-        for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
-          const Value key = to_str(eval(*e.items[k], scope), budget_);
-          if (!key.taint.empty()) o.data = true;  // a key from request data
-          budget_.step((int64_t)o.obj->size());
-          Value v = eval(*e.items[k + 1], scope);
-          budget_.spend(v.s.size());
-          o.set(key.s, std::move(v));
-        }
-        return o;
-      }
+      case Expr::Kind::List: return eval_list(e, scope);
+      case Expr::Kind::Dict: return eval_dict(e, scope);
       case Expr::Kind::Attr: {
         const Value obj = eval(*e.a, scope);
         if (obj.is_object()) budget_.step((int64_t)obj.obj->size());
@@ -272,21 +308,7 @@ class Interpreter {
         if (e.d) st = eval(*e.d, scope);
         return slice(obj, e.b ? &lo : nullptr, e.c ? &hi : nullptr, e.d ? &st : nullptr, budget_);
       }
-      case Expr::Kind::Call: {
-        Args args;
-        Kwargs kw;
-        if (e.a->kind == Expr::Kind::Attr) {
-          const Value obj = eval(*e.a->a, scope);
-          if (has_method(obj, e.a->name)) {
-            eval_args(e, scope, args, kw);
-            return call_method(obj, e.a->name, args, kw, budget_);
-          }
-        }
-        const Value fn = eval(*e.a, scope);
-        if (fn.kind != Value::Kind::Function) fail(e.line, "calling something that is not a function (" + std::string(fn.type_name()) + ")");
-        eval_args(e, scope, args, kw);
-        return (*fn.fn)(args, kw);
-      }
+      case Expr::Kind::Call: return eval_call(e, scope);
       case Expr::Kind::Filter: {
         Args args;
         Kwargs kw;
@@ -301,17 +323,7 @@ class Interpreter {
         eval_args(e, scope, args, kw);
         return Value(apply_test(e.name, v, args, budget_) != e.negated);
       }
-      case Expr::Kind::Unary: {
-        const Value v = eval(*e.a, scope);
-        if (e.name == "not") return Value(!v.truthy());
-        if (!v.is_number()) fail(e.line, "unary " + e.name + " on a " + v.type_name());
-        if (e.name == "+") return v;
-        if (v.kind == Value::Kind::Int) {
-          if (v.i == INT64_MIN) fail(e.line, "integer overflow in -(" + std::to_string(v.i) + ")");
-          return Value(-v.i);
-        }
-        return Value(-v.f);
-      }
+      case Expr::Kind::Unary: return eval_unary(e, scope);
       case Expr::Kind::Binary: return binary(e, scope);
       case Expr::Kind::Ternary:
         if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
@@ -365,19 +377,7 @@ class Interpreter {
       out.append_str(to_str(r, budget_));
       return out.take();
     }
-    if (op == "in" || op == "not in") {
-      bool found = false;
-      if (r.is_string()) {
-        found = find_text(r.s, to_str(l, budget_).s) != std::string::npos;
-      } else if (r.is_array()) {
-        for (const Value& x : *r.arr)
-          if ((found = equals(x, l, budget_))) break;
-      } else if (r.is_object()) {
-        budget_.step((int64_t)r.obj->size());
-        found = !r.get(to_str(l, budget_).s).is_undefined();
-      }
-      return Value(found != (op == "not in"));
-    }
+    if (op == "in" || op == "not in") return Value(is_in(l, r) != (op == "not in"));
     if (op == "+" && l.is_array() && r.is_array()) {
       budget_.allocate_items(l.arr->size() + r.arr->size(), "list concatenation");
       budget_.step((int64_t)(l.arr->size() + r.arr->size()));
@@ -387,6 +387,28 @@ class Interpreter {
     }
     if (op == "*" && (l.is_string() || r.is_string()) && (l.kind == Value::Kind::Int || r.kind == Value::Kind::Int))
       return repeat(l.is_string() ? l : r, l.is_string() ? r.i : l.i, e.line);
+    return arithmetic(e, l, r);
+  }
+
+  // `l in r`: a substring of a string, an item of a list, a key of a dict; false for anything else.
+  bool is_in(const Value& l, const Value& r) {
+    bool found = false;
+    if (r.is_string()) {
+      found = find_text(r.s, to_str(l, budget_).s) != std::string::npos;
+    } else if (r.is_array()) {
+      for (const Value& x : *r.arr)
+        if ((found = equals(x, l, budget_))) break;
+    } else if (r.is_object()) {
+      budget_.step((int64_t)r.obj->size());
+      found = !r.get(to_str(l, budget_).s).is_undefined();
+    }
+    return found;
+  }
+
+  // Numbers (booleans count as 0 and 1): integers stay exact, with overflow an error, and // and %
+  // floor as Python's do.
+  Value arithmetic(const Expr& e, const Value& l, const Value& r) {
+    const std::string& op = e.name;
     auto num = [](const Value& v) { return v.kind == Value::Kind::Bool ? Value((int64_t)v.b) : v; };
     const Value a = num(l), b = num(r);
     if (!a.is_number() || !b.is_number())

@@ -584,6 +584,91 @@ class TemplateParser {
     return n;
   }
 
+  // {% if %}...{% elif %}...{% else %}...{% endif %}: one branch per condition, the else's with none.
+  NodePtr if_statement(ExprParser& p, int line) {
+    std::string stop;
+    auto n = node(Node::Kind::If, line);
+    ExprPtr cond = p.expression();
+    p.expect_end();
+    while (true) {
+      Body b = body({"elif", "else", "endif"}, &stop);
+      n->branches.emplace_back(std::move(cond), std::move(b));
+      if (stop == "endif") break;
+      if (stop == "else") {
+        rest_->expect_end();
+        n->branches.emplace_back(nullptr, body({"endif"}, &stop));
+        break;
+      }
+      cond = rest_->expression();
+      rest_->expect_end();
+    }
+    rest_->expect_end();
+    return n;
+  }
+
+  // {% for a, b in items if cond recursive %}...{% else %}...{% endfor %} ('recursive' is read and ignored).
+  NodePtr for_statement(ExprParser& p, int line) {
+    std::string stop;
+    auto n = node(Node::Kind::For, line);
+    n->targets.push_back(p.expect_name());
+    while (p.accept_op(",")) n->targets.push_back(p.expect_name());
+    if (!p.accept_name("in")) fail(line, "expected 'in' in for loop");
+    n->expr = p.tuple_or_expression(false);
+    if (p.accept_name("if")) n->cond = p.expression(false);
+    p.accept_name("recursive");
+    p.expect_end();
+    n->body = body({"else", "endfor"}, &stop);
+    if (stop == "else") {
+      rest_->expect_end();
+      n->else_body = body({"endfor"}, &stop);
+    }
+    rest_->expect_end();
+    return n;
+  }
+
+  // {% set x = ... %}, {% set ns.attr = ... %}, {% set a, b = ... %}, or the block form {% set x %}...{% endset %}.
+  NodePtr set_statement(ExprParser& p, int line) {
+    std::string stop;
+    auto n = node(Node::Kind::Set, line);
+    n->text = p.expect_name();
+    if (p.accept_op(".")) n->attr = p.expect_name();
+    if (n->attr.empty() && p.peek_op(",")) {
+      n->targets.push_back(n->text);
+      while (p.accept_op(",")) n->targets.push_back(p.expect_name());
+    }
+    if (p.accept_op("=")) {
+      n->expr = p.tuple_or_expression();
+      p.expect_end();
+      return n;
+    }
+    p.expect_end();
+    n->kind = Node::Kind::SetBlock;
+    n->body = body({"endset"}, &stop);
+    rest_->expect_end();
+    return n;
+  }
+
+  // {% macro name(a, b=default) %}...{% endmacro %}
+  NodePtr macro_statement(ExprParser& p, int line) {
+    std::string stop;
+    auto n = node(Node::Kind::Macro, line);
+    n->text = p.expect_name();
+    p.expect_op("(");
+    while (!p.accept_op(")")) {
+      std::string param = p.expect_name();
+      ExprPtr def;
+      if (p.accept_op("=")) def = p.expression();
+      n->params.emplace_back(std::move(param), std::move(def));
+      if (!p.accept_op(",")) {
+        p.expect_op(")");
+        break;
+      }
+    }
+    p.expect_end();
+    n->body = body({"endmacro"}, &stop);
+    return n;
+  }
+
   NodePtr statement(const std::string& kw, ExprParser& p, int line) {
     struct Deeper {  // statements inside statements: body() and statement() recurse
       int& depth;
@@ -592,85 +677,16 @@ class TemplateParser {
       }
       ~Deeper() { --depth; }
     } deeper(depth_, max_, line);
-    std::string stop;
-    if (kw == "if") {
-      auto n = node(Node::Kind::If, line);
-      ExprPtr cond = p.expression();
-      p.expect_end();
-      while (true) {
-        Body b = body({"elif", "else", "endif"}, &stop);
-        n->branches.emplace_back(std::move(cond), std::move(b));
-        if (stop == "endif") break;
-        if (stop == "else") {
-          rest_->expect_end();
-          n->branches.emplace_back(nullptr, body({"endif"}, &stop));
-          break;
-        }
-        cond = rest_->expression();
-        rest_->expect_end();
-      }
-      rest_->expect_end();
-      return n;
-    }
-    if (kw == "for") {
-      auto n = node(Node::Kind::For, line);
-      n->targets.push_back(p.expect_name());
-      while (p.accept_op(",")) n->targets.push_back(p.expect_name());
-      if (!p.accept_name("in")) fail(line, "expected 'in' in for loop");
-      n->expr = p.tuple_or_expression(false);
-      if (p.accept_name("if")) n->cond = p.expression(false);
-      p.accept_name("recursive");
-      p.expect_end();
-      n->body = body({"else", "endfor"}, &stop);
-      if (stop == "else") {
-        rest_->expect_end();
-        n->else_body = body({"endfor"}, &stop);
-      }
-      rest_->expect_end();
-      return n;
-    }
-    if (kw == "set") {
-      auto n = node(Node::Kind::Set, line);
-      n->text = p.expect_name();
-      if (p.accept_op(".")) n->attr = p.expect_name();
-      if (n->attr.empty() && p.peek_op(",")) {
-        n->targets.push_back(n->text);
-        while (p.accept_op(",")) n->targets.push_back(p.expect_name());
-      }
-      if (p.accept_op("=")) {
-        n->expr = p.tuple_or_expression();
-        p.expect_end();
-        return n;
-      }
-      p.expect_end();
-      n->kind = Node::Kind::SetBlock;
-      n->body = body({"endset"}, &stop);
-      rest_->expect_end();
-      return n;
-    }
-    if (kw == "macro") {
-      auto n = node(Node::Kind::Macro, line);
-      n->text = p.expect_name();
-      p.expect_op("(");
-      while (!p.accept_op(")")) {
-        std::string param = p.expect_name();
-        ExprPtr def;
-        if (p.accept_op("=")) def = p.expression();
-        n->params.emplace_back(std::move(param), std::move(def));
-        if (!p.accept_op(",")) {
-          p.expect_op(")");
-          break;
-        }
-      }
-      p.expect_end();
-      n->body = body({"endmacro"}, &stop);
-      return n;
-    }
+    if (kw == "if") return if_statement(p, line);
+    if (kw == "for") return for_statement(p, line);
+    if (kw == "set") return set_statement(p, line);
+    if (kw == "macro") return macro_statement(p, line);
     if (kw == "break" || kw == "continue") {
       p.expect_end();
       return node(kw == "break" ? Node::Kind::Break : Node::Kind::Continue, line);
     }
     if (kw == "generation") {  // transformers' assistant-mask marker: renders its body as is
+      std::string stop;
       auto n = node(Node::Kind::Scope, line);
       n->body = body({"endgeneration"}, &stop);
       return n;
