@@ -108,106 +108,219 @@ void attend_by_head(const float* q, int64_t n_q, KeysOf keys_of, LoOf lo_of, Row
   });
 }
 
-// Merges the segment results of every row that has more than one segment into out.
-template <typename KeysOf>
-void merge_split_rows(int64_t n_q, int64_t max_seg, KeysOf keys_of, const AttentionShape& s, const float* part_o,
-                      const float* part_st, float* out) {
-  const int64_t q_stride = (int64_t)s.n_head * s.head_dim;
-  const int hd = s.head_dim;
-  parallel_for(n_q * s.n_head, Split{1, 1}, [&](int64_t b, int64_t e, int) {
+// Where the blocked path's blocks start (the calling thread's, kept between calls).
+std::vector<int64_t>& block_starts_store() {
+  thread_local std::vector<int64_t> starts;
+  return starts;
+}
+
+// What every path of one attention call sees: query row i (at position pos_of(i)) attends over
+// keys [lo(i), pos_of(i)]; rows(i, t, kv_head) returns the K and V row pointers of key t as
+// that query sees them, and same_keys(i, j) says whether rows i and j read the same cache (one
+// sequence).
+template <typename PosOf, typename Rows, typename SameKeys>
+struct Call {
+  const float* q;
+  int64_t n_q;
+  PosOf pos_of;
+  Rows rows;
+  SameKeys same_keys;
+  const AttentionShape& s;
+  float scale;
+  AttendHeadsFn heads;
+  float* out;
+  int group, hd;
+  int64_t q_stride;
+
+  int64_t lo(int64_t i) const { return first_key(s, pos_of(i)); }
+  int64_t keys(int64_t i) const { return pos_of(i) - lo(i) + 1; }
+  float sink(int h) const { return s.sinks ? s.sinks[h] : -INFINITY; }
+  // A row whose one segment's output is its result (no merge).
+  bool direct(int64_t i) const { return segments(keys(i)) == 1 && !s.sinks; }
+  // Points k_rows / v_rows at segment g of row i's keys, as KV head kvh.
+  void gather(int64_t i, Segment g, int kvh, const uint8_t** k_rows, const uint8_t** v_rows) const {
+    const int64_t first = lo(i) + g.first;
+    for (int64_t t = 0; t < g.count; t++) std::tie(k_rows[t], v_rows[t]) = rows(i, first + t, kvh);
+  }
+  // Heads [h0, h0 + n) of row i over its segment sg into o / st (st: nullptr when the row has
+  // one segment and o is its output).
+  void run(const Scratch& sc, int64_t i, int h0, int n, int64_t sg, int64_t seg_keys, float* o, float* st) const {
+    const Segment g = segment(keys(i), sg);
+    gather(i, g, h0 / group, sc.k_rows, sc.v_rows);
+    heads(hd, n, q + i * q_stride + (int64_t)h0 * hd, sc.k_rows, sc.v_rows, g.count, scale, sc.scores, seg_keys, o, st);
+  }
+};
+
+// Decode: few rows, so work items are (a row's heads that share a KV head, key segment), the
+// segments' results merged by a second loop (flash-decoding): every thread streams KV.
+template <typename C>
+void attend_split(const C& c, int64_t max_seg) {
+  const AttentionShape& s = c.s;
+  const int hd = c.hd;
+  const int64_t items_per_row = s.n_kv_head;
+  // Segment results: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
+  float* part_o = team_buffer((size_t)(c.n_q * max_seg * s.n_head * (hd + 2)));
+  float* part_st = part_o + c.n_q * max_seg * s.n_head * hd;
+  parallel_for(c.n_q * items_per_row * max_seg, Split{1, 0}, [&](int64_t b, int64_t e, int) {
+    const Scratch sc = thread_scratch(c.group, kAttentionSegmentKeys, 0, hd);
+    for (int64_t w = b; w < e; w++) {
+      const int64_t i = w / (items_per_row * max_seg), sg = w % max_seg;
+      const int h0 = (int)(w / max_seg % items_per_row) * c.group;
+      if (sg >= segments(c.keys(i))) continue;
+      if (c.direct(i)) {  // with sinks every row is merged (the sink joins there)
+        c.run(sc, i, h0, c.group, 0, kAttentionSegmentKeys, c.out + i * c.q_stride + (int64_t)h0 * hd, nullptr);
+      } else {
+        const int64_t at = (i * max_seg + sg) * s.n_head + h0;
+        c.run(sc, i, h0, c.group, sg, kAttentionSegmentKeys, part_o + at * hd, part_st + at * 2);
+      }
+    }
+  });
+  parallel_for(c.n_q * s.n_head, Split{1, 1}, [&](int64_t b, int64_t e, int) {
     for (int64_t w = b; w < e; w++) {
       const int64_t i = w / s.n_head;
       const int h = (int)(w % s.n_head);
-      const int64_t n_seg = segments(keys_of(i));
-      if (n_seg == 1 && !s.sinks) continue;
+      if (c.direct(i)) continue;
       const int64_t at = i * max_seg * s.n_head + h;
-      merge_segments(n_seg, part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
-                     out + i * q_stride + (int64_t)h * hd, s.sinks ? s.sinks[h] : -INFINITY);
+      merge_segments(segments(c.keys(i)), part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
+                     c.out + i * c.q_stride + (int64_t)h * hd, c.sink(h));
     }
   });
 }
 
-// The one attention body. Query row i (at position pos_of(i)) attends over keys
-// [first_key(pos_of(i)), pos_of(i)]; rows(i, t, kv_head) returns the K and V row pointers of
-// key t as that query sees them. Both entry points below differ only in that mapping, so they
-// compute the same floats in the same order.
-template <typename PosOf, typename Rows>
-void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, DType kv_type, const AttentionShape& s, float* out,
-            const CpuKernels& kernels) {
-  const int64_t q_stride = (int64_t)s.n_head * s.head_dim;
-  const int group = s.n_head / s.n_kv_head;
-  const float scale = s.scale != 0.0f ? s.scale : 1.0f / std::sqrt((float)s.head_dim);
-  auto lo_of = [&](int64_t i) { return first_key(s, pos_of(i)); };
-  auto keys_of = [&](int64_t i) { return pos_of(i) - lo_of(i) + 1; };
-  int64_t max_keys = 0;
-  for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, keys_of(i));
-  const AttendHeadsFn heads = kernels.attend_heads(kv_type, s.head_dim);
-  if (heads) {
-    // Work items: a query row's heads that share a KV head, so each K and V row is widened
-    // once for all of them. With few rows (decode) there are too few such items for even
-    // shares: short rows go as single heads, long ones as (heads, key segment) items whose
-    // results a second loop merges.
-    const int64_t max_seg = segments(max_keys);
-    const bool few_rows = n_q * s.n_kv_head < 16;
-    const bool split = few_rows && max_seg > 1;
-    const int per_item = few_rows && !split ? 1 : group;
-    const int64_t items_per_row = s.n_head / per_item;
-    const int64_t seg_keys = std::min(max_keys, kAttentionSegmentKeys);
-    const int hd = s.head_dim;
-    // Segment results of split rows: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
-    float* part_o = split ? team_buffer((size_t)(n_q * max_seg * s.n_head * (hd + 2))) : nullptr;
-    float* part_st = split ? part_o + n_q * max_seg * s.n_head * hd : nullptr;
-    const size_t own = split ? 0 : (size_t)(max_seg * per_item);  // with sinks, single-segment rows too
-    auto scratch = [&] { return thread_scratch(per_item, seg_keys, own, hd); };
-    // Heads [h0, h0 + per_item) of row i over segment sg into o / st (stats: nullptr when the
-    // row has one segment and o is its output).
-    auto run = [&](const Scratch& sc, int64_t i, int h0, int64_t sg, float* o, float* st) {
-      const Segment g = segment(keys_of(i), sg);
-      const int64_t lo = lo_of(i);
-      for (int64_t t = 0; t < g.count; t++)
-        std::tie(sc.k_rows[(size_t)t], sc.v_rows[(size_t)t]) = rows(i, lo + g.first + t, h0 / group);
-      heads(hd, per_item, q + i * q_stride + (int64_t)h0 * hd, sc.k_rows, sc.v_rows, g.count, scale, sc.scores,
-            seg_keys, o, st);
-    };
-    if (split) {
-      parallel_for(n_q * items_per_row * max_seg, Split{1, 0}, [&](int64_t b, int64_t e, int) {
-        const Scratch sc = scratch();
-        for (int64_t w = b; w < e; w++) {
-          const int64_t i = w / (items_per_row * max_seg), sg = w % max_seg;
-          const int h0 = (int)(w / max_seg % items_per_row) * per_item;
-          const int64_t n_seg = segments(keys_of(i));
-          if (sg >= n_seg) continue;
-          if (n_seg == 1 && !s.sinks) {  // with sinks every row is merged (the sink joins there)
-            run(sc, i, h0, 0, out + i * q_stride + (int64_t)h0 * hd, nullptr);
-          } else {
-            const int64_t at = (i * max_seg + sg) * s.n_head + h0;
-            run(sc, i, h0, sg, part_o + at * hd, part_st + at * 2);
-          }
-        }
-      });
-      merge_split_rows(n_q, max_seg, keys_of, s, part_o, part_st, out);
-      return;
+// Decode with short rows: each (row, head) is an item of its own, for even shares.
+template <typename C>
+void attend_single_heads(const C& c, int64_t seg_keys) {
+  parallel_for(c.n_q * c.s.n_head, Split{2, 0}, [&](int64_t b, int64_t e, int) {
+    const Scratch sc = thread_scratch(1, seg_keys, 0, c.hd);
+    for (int64_t w = b; w < e; w++) {
+      const int64_t i = w / c.s.n_head;
+      const int h = (int)(w % c.s.n_head);
+      c.run(sc, i, h, 1, 0, seg_keys, c.out + i * c.q_stride + (int64_t)h * c.hd, nullptr);
     }
-    parallel_for(n_q * items_per_row, Split{2, 0}, [&](int64_t b, int64_t e, int) {
-      const Scratch sc = scratch();
-      for (int64_t w = b; w < e; w++) {
-        const int64_t i = w / items_per_row;
-        const int h0 = (int)(w % items_per_row) * per_item;
-        const int64_t n_seg = segments(keys_of(i));
-        float* o = out + i * q_stride + (int64_t)h0 * hd;
-        if (n_seg == 1 && !s.sinks) {
-          run(sc, i, h0, 0, o, nullptr);
-          continue;
-        }
-        for (int64_t sg = 0; sg < n_seg; sg++) run(sc, i, h0, sg, sc.own_o + sg * per_item * hd, sc.own_st + sg * per_item * 2);
-        for (int h = 0; h < per_item; h++)
-          merge_segments(n_seg, sc.own_o + h * hd, per_item * hd, sc.own_st + h * 2, per_item * 2, hd, o + h * hd,
-                         s.sinks ? s.sinks[h0 + h] : -INFINITY);
+  });
+}
+
+// Rows per block of the blocked path: up to 16, fewer where a block's query heads would not
+// fit a few tens of KiB of scratch.
+int64_t row_block(int group, int hd) { return std::clamp<int64_t>(8192 / ((int64_t)group * hd), 1, 16); }
+
+// A block's scratch: the per-row kernel's (k_rows, v_rows, scores), the shared call's query
+// heads, scores, outputs and stats, and every segment's outputs and stats of every row.
+struct BlockScratch {
+  Scratch row;
+  float *q, *scores, *o, *st, *seg_o, *seg_st;
+};
+BlockScratch block_scratch(int heads, int group, int hd, int64_t n_seg) {
+  const size_t h = (size_t)heads, k = (size_t)kAttentionSegmentKeys;
+  const size_t n = h * hd + h * k + h * hd + h * 2 + (size_t)n_seg * h * (hd + 2);
+  BlockScratch b{};
+  b.row = thread_scratch(group, kAttentionSegmentKeys, 0, hd);
+  b.q = own_scratch(2, n);
+  b.scores = b.q + h * hd;
+  b.o = b.scores + h * k;
+  b.st = b.o + h * hd;
+  b.seg_o = b.st + h * 2;
+  b.seg_st = b.seg_o + (size_t)n_seg * h * hd;
+  return b;
+}
+
+// Rows [i0, i1) of one sequence, KV head kvh. A key segment that several rows hold whole, at
+// the same keys, runs once for all their query heads (one kernel call, each head's floats
+// from its own chains as always), so its K and V come from memory once for the block, not once
+// per row; other segments (the diagonal one, a window's) run row by row. Each row's segments
+// then merge exactly as when the row attends alone.
+template <typename C>
+void attend_block(const C& c, int64_t i0, int64_t i1, int kvh) {
+  const int g = c.group, hd = c.hd, h0 = kvh * g;
+  const int64_t nr = i1 - i0, full = kAttentionSegmentKeys;
+  int64_t n_seg = 0;
+  for (int64_t i = i0; i < i1; i++) n_seg = std::max(n_seg, segments(c.keys(i)));
+  BlockScratch b = block_scratch((int)nr * g, g, hd, n_seg);
+  const int64_t o_stride = nr * g * hd, st_stride = nr * g * 2;  // between segments
+  int64_t members[16];
+  for (int64_t sg = 0; sg < n_seg; sg++) {
+    int n_m = 0;
+    for (int64_t i = i0; i < i1; i++) {
+      if (c.direct(i) || sg >= segments(c.keys(i))) continue;
+      if (segment(c.keys(i), sg).count == full && (n_m == 0 || c.lo(i) == c.lo(members[0]))) {
+        members[n_m++] = i;
+      } else {
+        c.run(b.row, i, h0, g, sg, full, b.seg_o + sg * o_stride + (i - i0) * g * hd, b.seg_st + sg * st_stride + (i - i0) * g * 2);
       }
-    });
+    }
+    if (n_m == 1) {
+      const int64_t r = members[0] - i0;
+      c.run(b.row, members[0], h0, g, sg, full, b.seg_o + sg * o_stride + r * g * hd, b.seg_st + sg * st_stride + r * g * 2);
+    } else if (n_m > 1) {
+      for (int m = 0; m < n_m; m++)
+        std::memcpy(b.q + (size_t)m * g * hd, c.q + members[m] * c.q_stride + (int64_t)h0 * hd, sizeof(float) * g * hd);
+      c.gather(members[0], segment(c.keys(members[0]), sg), kvh, b.row.k_rows, b.row.v_rows);
+      c.heads(hd, n_m * g, b.q, b.row.k_rows, b.row.v_rows, full, c.scale, b.scores, full, b.o, b.st);
+      for (int m = 0; m < n_m; m++) {
+        const int64_t r = members[m] - i0;
+        std::memcpy(b.seg_o + sg * o_stride + r * g * hd, b.o + (size_t)m * g * hd, sizeof(float) * g * hd);
+        std::memcpy(b.seg_st + sg * st_stride + r * g * 2, b.st + (size_t)m * g * 2, sizeof(float) * g * 2);
+      }
+    }
+  }
+  for (int64_t i = i0; i < i1; i++) {
+    float* o = c.out + i * c.q_stride + (int64_t)h0 * hd;
+    if (c.direct(i)) {
+      c.run(b.row, i, h0, g, 0, full, o, nullptr);
+      continue;
+    }
+    const int64_t r = i - i0;
+    for (int h = 0; h < g; h++)
+      merge_segments(segments(c.keys(i)), b.seg_o + (r * g + h) * hd, o_stride, b.seg_st + (r * g + h) * 2, st_stride,
+                     hd, o + h * hd, c.sink(h0 + h));
+  }
+}
+
+// Prefill, serving steps, verify: items are (block of consecutive rows of one sequence, KV
+// head); rows of different sequences never share a block.
+template <typename C>
+void attend_blocked(const C& c) {
+  const int64_t r_max = row_block(c.group, c.hd);
+  std::vector<int64_t>& starts = block_starts_store();
+  starts.clear();
+  for (int64_t i = 0; i < c.n_q; i++)
+    if (starts.empty() || i - starts.back() == r_max || !c.same_keys(starts.back(), i)) starts.push_back(i);
+  const int64_t n_blocks = (int64_t)starts.size();
+  starts.push_back(c.n_q);
+  const int n_kv = c.s.n_kv_head;
+  parallel_for(n_blocks * n_kv, Split{1, 0}, [&](int64_t b, int64_t e, int) {
+    for (int64_t w = b; w < e; w++) attend_block(c, starts[(size_t)(w / n_kv)], starts[(size_t)(w / n_kv) + 1], (int)(w % n_kv));
+  });
+}
+
+// The one attention body; the two entry points below differ only in pos_of, rows and
+// same_keys, so they compute the same floats in the same order.
+template <typename PosOf, typename Rows, typename SameKeys>
+void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, SameKeys same_keys, DType kv_type,
+            const AttentionShape& s, float* out, const CpuKernels& kernels) {
+  const float scale = s.scale != 0.0f ? s.scale : 1.0f / std::sqrt((float)s.head_dim);
+  const AttendHeadsFn heads = kernels.attend_heads(kv_type, s.head_dim);
+  const Call<PosOf, Rows, SameKeys> c{q,     n_q, pos_of, rows, same_keys, s, scale, heads, out, s.n_head / s.n_kv_head,
+                                      s.head_dim, (int64_t)s.n_head * s.head_dim};
+  int64_t max_keys = 0;
+  for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, c.keys(i));
+  if (!heads) {
+    attend_by_head(q, n_q, [&](int64_t i) { return c.keys(i); }, [&](int64_t i) { return c.lo(i); }, rows, kv_type, s,
+                   scale, max_keys, out, kernels);
     return;
   }
-  attend_by_head(q, n_q, keys_of, lo_of, rows, kv_type, s, scale, max_keys, out, kernels);
+  // With few rows (decode) there are too few (row, KV head) items for even shares: short rows
+  // go as single heads, long ones as (heads, key segment) items.
+  if (n_q * s.n_kv_head < 16) {
+    if (segments(max_keys) > 1)
+      attend_split(c, segments(max_keys));
+    else if (!s.sinks)
+      attend_single_heads(c, std::min(max_keys, kAttentionSegmentKeys));
+    else
+      attend_blocked(c);  // sinks: every row merges, which the blocked path does
+    return;
+  }
+  attend_blocked(c);
 }
 
 using RowPair = std::pair<const uint8_t*, const uint8_t*>;  // K row, V row
@@ -229,7 +342,7 @@ void attention(const float* q, const void* k, const void* v, DType kv_type, int6
         const size_t at = (size_t)t * row + (size_t)kvh * head;
         return RowPair(kb + at, vb + at);
       },
-      kv_type, s, out, kernels);
+      [](int64_t, int64_t) { return true; }, kv_type, s, out, kernels);
 }
 
 void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int* seq, const PagedKvView* views,
@@ -249,7 +362,9 @@ void attention_paged(const float* q, int64_t n_q, const int64_t* pos, const int*
     const uint8_t* block = kv.pool + (size_t)kv.table[blk] * kv.block_bytes + (size_t)row * kv.row_bytes + (size_t)kvh * head;
     return RowPair(block + kv.k_offset, block + kv.v_offset);
   };
-  attend(q, n_q, [pos](int64_t i) { return pos[i]; }, rows, kv_type, s, out, kernels);
+  attend(
+      q, n_q, [pos](int64_t i) { return pos[i]; }, rows, [seq](int64_t i, int64_t j) { return seq[i] == seq[j]; },
+      kv_type, s, out, kernels);
 }
 
 }  // namespace tandem::cpu
