@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "core/huge_pages.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bounded_head.h"
 #include "kernels/cpu/dequantize.h"
@@ -77,7 +78,7 @@ Result<KvStore> CpuBackend::new_kv_store(DType dtype, int n_layer, int block_tok
   const uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
   if (ram > 0 && kv.bytes() > ram)
     return make_error("a KV store of {} bytes does not fit in this machine's {} bytes of memory", kv.bytes(), ram);
-  std::shared_ptr<uint8_t[]> mem(new (std::nothrow) uint8_t[kv.bytes()]);
+  std::shared_ptr<uint8_t[]> mem = allocate_huge_pages(kv.bytes(), false);
   if (!mem) return make_error("cannot allocate a KV store of {} bytes", kv.bytes());
   kv.data = mem.get();
   kv.owner = std::shared_ptr<void>(mem, mem.get());

@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/avx2_helpers.h"
 #include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu/prefetch_rows.h"
 
 namespace tandem::cpu {
 
@@ -126,7 +127,12 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
            float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int D = 8 * NV;
   const __m256i key_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  constexpr int kRow = kHeadRowBytes<T, D>;
+  prefetch_rows<kRow>(k_rows, 0, 8, n_keys);
   for (int64_t t0 = 0; t0 < n_keys; t0 += 8) {
+    // the next 8 keys' K rows, and these keys' V rows for the value pass
+    prefetch_rows<kRow>(k_rows, t0 + 8, t0 + 16, n_keys);
+    prefetch_rows<kRow>(v_rows, t0, t0 + 8, n_keys);
     __m256 s4[HC], s2[HC], a[HC], b[HC];
     for (int i4 = 0; i4 < 8; i4 += 4) {
       for (int i2 = i4; i2 < i4 + 4; i2 += 2) {

@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "kernels/cpu/exp_avx512.h"
+#include "kernels/cpu/prefetch_rows.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace tandem::cpu {
@@ -110,7 +111,12 @@ void heads(const float* q, const uint8_t* const* k_rows, const uint8_t* const* v
            float* scores, int64_t scores_stride, float* out, float* stats) {
   constexpr int D = 16 * NV;
   const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  constexpr int kRow = kHeadRowBytes<T, D>;
+  prefetch_rows<kRow>(k_rows, 0, 16, n_keys);
   for (int64_t t0 = 0; t0 < n_keys; t0 += 16) {
+    // the next 16 keys' K rows, and these keys' V rows for the value pass
+    prefetch_rows<kRow>(k_rows, t0 + 16, t0 + 32, n_keys);
+    prefetch_rows<kRow>(v_rows, t0, t0 + 16, n_keys);
     __m512 s8[HC], s4[HC], s2[HC], a[HC], b[HC];
     for (int i8 = 0; i8 < 16; i8 += 8) {
       for (int i4 = i8; i4 < i8 + 8; i4 += 4) {

@@ -5,9 +5,9 @@
 #include <new>
 #include <type_traits>
 
-#include <sys/mman.h>
 
 #include "core/fp16.h"
+#include "core/huge_pages.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/work_team.h"
 
@@ -150,14 +150,9 @@ void pack_quant_group(const uint8_t* data, int64_t g, int64_t rows, int64_t nb, 
 }  // namespace
 
 std::shared_ptr<uint8_t[]> allocate_packed(size_t bytes) {
-  constexpr size_t kHuge = size_t(2) << 20;
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  auto* mem = static_cast<uint8_t*>(::operator new[](rounded, std::align_val_t(kHuge)));
-#ifdef MADV_HUGEPAGE
-  madvise(mem, rounded, MADV_HUGEPAGE);  // a hint: without it the kernel keeps 4 KiB pages
-#endif
-  std::memset(mem, 0, rounded);
-  return std::shared_ptr<uint8_t[]>(mem, [](uint8_t* p) { ::operator delete[](p, std::align_val_t(kHuge)); });
+  std::shared_ptr<uint8_t[]> mem = allocate_huge_pages(bytes, true);
+  if (!mem) throw std::bad_alloc();
+  return mem;
 }
 
 bool can_pack(DType t) {
