@@ -35,32 +35,47 @@ Status fill_to_depth(Model& m, SequenceRunner& seq, int64_t depth) {
   return Status::Ok();
 }
 
+// Times what runs between its making and done(), and the backend's attention share of it.
+class RunClock {
+ public:
+  explicit RunClock(const Backend& be) : be_(be), attention0_(be.attention_seconds()) {}
+  TimedRun done() const {
+    const double a = be_.attention_seconds();
+    return {t_.seconds(), a >= 0 && attention0_ >= 0 ? a - attention0_ : -1};
+  }
+
+ private:
+  const Backend& be_;
+  double attention0_;
+  Timer t_;
+};
+
 }  // namespace
 
-Result<double> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
+Result<TimedRun> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
   auto pool = pool_for(m, depth + n, kv_dtype);
   if (!pool.ok()) return pool.error();
   SequenceRunner seq(m, *pool.value());
   TANDEM_TRY(fill_to_depth(m, seq, depth));
   const auto tokens = bench_tokens(n, m.config().n_vocab);
-  Timer t;
+  const RunClock clock(m.backend());
   auto r = seq.run(tokens);
   if (!r.ok()) return r.error();
-  return t.seconds();
+  return clock.done();
 }
 
-Result<double> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
+Result<TimedRun> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth) {
   auto pool = pool_for(m, depth + n, kv_dtype);
   if (!pool.ok()) return pool.error();
   SequenceRunner seq(m, *pool.value());
   TANDEM_TRY(fill_to_depth(m, seq, depth));
   const auto tokens = bench_tokens(n, m.config().n_vocab, 1);
-  Timer t;
+  const RunClock clock(m.backend());
   for (int64_t i = 0; i < n; i++) {
     auto r = seq.run(std::span<const int32_t>(&tokens[(size_t)i], 1));
     if (!r.ok()) return r.error();
   }
-  return t.seconds();
+  return clock.done();
 }
 
 Result<SpecResult> time_speculative(Model& m, Model* draft, const std::vector<int32_t>& prompt, int64_t n, int reps,

@@ -15,12 +15,16 @@
 namespace tandem::apps {
 
 std::vector<int32_t> bench_tokens(int64_t n, int n_vocab, uint64_t salt = 0);
-// Seconds for one prefill of n tokens at positions [depth, depth + n): a context of `depth`
-// tokens is prefilled first, untimed (llama-bench's -d).
-Result<double> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
-// Seconds for n decode steps starting at position `depth` (after an untimed prefill of that
-// many tokens): each step then reads depth + i cached positions besides the weights.
-Result<double> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
+// A timed run: its seconds, and of them the seconds in attention (-1: the backend does not say).
+struct TimedRun {
+  double seconds = 0, attention_s = -1;
+};
+// One prefill of n tokens at positions [depth, depth + n): a context of `depth` tokens is
+// prefilled first, untimed (llama-bench's -d).
+Result<TimedRun> time_prefill(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
+// n decode steps starting at position `depth` (after an untimed prefill of that many tokens):
+// each step then reads depth + i cached positions besides the weights.
+Result<TimedRun> time_decode(Model& m, int64_t n, DType kv_dtype, int64_t depth = 0);
 
 // `tandem bench --speculative`: decode tok/s of greedy generation after `prompt` (n tokens,
 // end of generation ignored), plain and with `spec`, alternately, `reps` times each.

@@ -94,18 +94,24 @@ struct Bench {
   }
 };
 
+void add_run(TimedRun& total, const TimedRun& r) {
+  total.seconds += r.seconds;
+  total.attention_s = r.attention_s < 0 ? -1 : std::max(total.attention_s, 0.0) + r.attention_s;
+}
+double mean_attention(const TimedRun& total, int reps) { return total.attention_s < 0 ? -1 : total.attention_s / reps; }
+
 Result<Test> run_pp(const Bench& b) {
   const BenchArgs& a = b.a;
   Test t{b.test_name("pp", a.p), {}, {}, b.peaks, {}};
-  double total = 0;
+  TimedRun total;
   b.begin_comm();
   for (int r = 0; r < a.reps; r++) {
     auto s = time_prefill(b.model, a.p, b.kv, a.depth);
     if (!s.ok()) return s.error();
-    t.tok_s.push_back(a.p / s.value());
-    total += s.value();
+    t.tok_s.push_back(a.p / s->seconds);
+    add_run(total, s.value());
   }
-  t.best = {t.name, a.p, total / a.reps, prefill_cost(b.shape, a.p, a.depth), b.int8};
+  t.best = {t.name, a.p, total.seconds / a.reps, prefill_cost(b.shape, a.p, a.depth), b.int8, mean_attention(total, a.reps)};
   b.end_comm(t, (int64_t)a.p * a.reps);
   return t;
 }
@@ -119,14 +125,14 @@ Result<Test> run_tg(const Bench& b) {
   std::unique_ptr<cpu::ReadProbe> probe;
   if (b.cpu_be) probe = std::make_unique<cpu::ReadProbe>(b.cpu_be->threads(), cpu::probe_bytes_for(b.shape.matmul_bytes));
   std::vector<double> read_rates;
-  double total = 0;
+  TimedRun total;
   b.begin_comm();
   for (int r = 0; r < a.reps; r++) {
     if (probe) probe->best(5, &read_rates);
     auto s = time_decode(b.model, a.n, b.kv, a.depth);
     if (!s.ok()) return s.error();
-    t.tok_s.push_back(a.n / s.value());
-    total += s.value();
+    t.tok_s.push_back(a.n / s->seconds);
+    add_run(total, s.value());
   }
   if (probe) {
     probe->best(5, &read_rates);
@@ -134,7 +140,7 @@ Result<Test> run_tg(const Bench& b) {
     t.peaks.read_bytes_per_s = rr.best, t.peaks.read_median = rr.median, t.peaks.read_min = rr.least;
   }
   b.end_comm(t, (int64_t)a.n * a.reps);
-  t.best = {t.name, a.n, total / a.reps, decode_cost(b.shape, a.n, a.depth), b.int8};
+  t.best = {t.name, a.n, total.seconds / a.reps, decode_cost(b.shape, a.n, a.depth), b.int8, mean_attention(total, a.reps)};
   // The fastest repetition read this many bytes/s: if the probes read less, they are not
   // the roof (decode cannot beat the memory), so the roof becomes that rate.
   if (!t.tok_s.empty())
@@ -266,6 +272,8 @@ void print_bench_notes(const Bench& b, const std::vector<Test>& tests) {
                    1e3 * t.comm.seconds / t.tokens,
                    t.best.seconds > 0 ? 100 * t.comm.seconds / (t.best.seconds * b.a.reps) : 0.0);
   }
+  for (const Test& t : tests)
+    if (t.best.splits()) fmt::print("\n{}", attention_lines(t.best, t.peaks));
   fmt::print("\n{}\n", machine_line(b.peaks));
   if (b.a.n > 0 && b.cpu_be) {
     const cpu::MachinePeaks& tg = tests.back().peaks;

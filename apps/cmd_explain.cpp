@@ -177,8 +177,9 @@ Result<Explained> explain_phases(const ExplainArgs& a, Model& model, const Expla
   e.shape = ModelShape::of(model.config(), model.weights(), kv_elem);
   const ModelShape& shape = e.shape;
   e.int8 = runs_int8_products(model);
-  e.pre = {"prefill", st.n_prompt, st.prefill_s, prefill_cost(shape, st.n_prompt), e.int8};
-  e.dec = {"decode", st.n_decode_steps, st.decode_s, decode_cost(shape, st.n_decode_steps, st.n_prompt), e.int8};
+  e.pre = {"prefill", st.n_prompt, st.prefill_s, prefill_cost(shape, st.n_prompt), e.int8, st.prefill_attention_s};
+  e.dec = {"decode", st.n_decode_steps, st.decode_s, decode_cost(shape, st.n_decode_steps, st.n_prompt), e.int8,
+           st.decode_attention_s};
   auto roofs = measure_roofs(model, shape.matmul_bytes);
   if (!roofs.ok()) return roofs.error();
   e.peaks = roofs.value();

@@ -37,14 +37,32 @@ std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::Mach
   std::string o = fmt::format("{:<9} {:>7} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}  {:<9} {}\n", "phase",
                               "tokens", "time ms", "tok/s", "GFLOP", "MB read", "FLOP/B", "GFLOP/s", "GB/s", "%peak", "%BW",
                               "peak of", "bound by");
-  for (const PhaseMeasure& p : phases) {
+  auto row = [&](const PhaseMeasure& p, const char* indent) {
     o += fmt::format("{:<9} {:>7} {:>10.2f} {:>9.1f} {:>10.3f} {:>10.1f} {:>9.2f} {:>9.2f} {:>8.2f} {:>7.1f}% {:>7.1f}%  {:<9} {}\n",
-                     p.name, p.tokens, p.seconds * 1e3, p.tok_s(), p.cost.flops / 1e9, p.cost.bytes() / 1e6,
+                     indent + p.name, p.tokens, p.seconds * 1e3, p.tok_s(), p.cost.flops / 1e9, p.cost.bytes() / 1e6,
                      p.cost.intensity(), p.flops_per_s() / 1e9, p.bytes_per_s() / 1e9,
                      100 * p.flops_per_s() / p.compute_roof(m), 100 * p.bytes_per_s() / m.read_bytes_per_s, p.roof_name(),
                      p.bound_by(m));
+  };
+  for (const PhaseMeasure& p : phases) {
+    row(p, "");
+    if (!p.splits()) continue;
+    row(p.products_part(), " ");
+    row(p.attention_part(), " ");
   }
   o += machine_line(m) + "\n";
+  return o;
+}
+
+std::string attention_lines(const PhaseMeasure& p, const cpu::MachinePeaks& m) {
+  std::string o;
+  for (const PhaseMeasure& part : {p.products_part(), p.attention_part()})
+    o += fmt::format("{} {:<10} {:>8.2f} ms ({:>4.1f}%): {:>8.3f} GFLOP {:>8.2f} GFLOP/s = {:>5.1f}% of {}; {:>8.1f} MB at "
+                     "{:>6.2f} GB/s = {:>5.1f}% of read\n",
+                     p.name, part.name, part.seconds * 1e3, p.seconds > 0 ? 100 * part.seconds / p.seconds : 0.0,
+                     part.cost.flops / 1e9, part.flops_per_s() / 1e9, 100 * part.flops_per_s() / part.compute_roof(m),
+                     part.roof_name(), part.cost.bytes() / 1e6, part.bytes_per_s() / 1e9,
+                     100 * part.bytes_per_s() / m.read_bytes_per_s);
   return o;
 }
 
@@ -77,10 +95,17 @@ Result<cpu::MachinePeaks> measure_roofs(const Model& m, double working_set_bytes
 }
 
 nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks& m) {
+  nlohmann::ordered_json j = phase_figures(p, m);
+  if (p.splits()) j["products"] = phase_figures(p.products_part(), m), j["attention"] = phase_figures(p.attention_part(), m);
+  return j;
+}
+
+nlohmann::ordered_json phase_figures(const PhaseMeasure& p, const cpu::MachinePeaks& m) {
   return {{"tokens", p.tokens},
           {"seconds", p.seconds},
           {"tok_s", p.tok_s()},
           {"flops", p.cost.flops},
+          {"attention_flops", p.cost.attn_flops},
           {"weight_bytes", p.cost.weight_bytes},
           {"kv_read_bytes", p.cost.kv_read_bytes},
           {"kv_write_bytes", p.cost.kv_write_bytes},

@@ -20,6 +20,14 @@ struct PhaseMeasure {
   double seconds = 0;
   PhaseCost cost;
   bool int8 = false;  // its products run 8-bit dot products (8-bit activations, quantized weights)
+  double attention_s = -1;  // of `seconds`, the time in attention (-1: not measured)
+
+  // Its weight products and its attention as phases of their own, with the time each took
+  // (the products: the rest of the time), when the attention time was measured. Attention
+  // runs f32 FMAs (K and V widened from the cache's type), whatever the products run.
+  bool splits() const { return attention_s >= 0 && cost.attn_flops > 0; }
+  PhaseMeasure products_part() const { return {"products", tokens, seconds - attention_s, cost.products(), int8}; }
+  PhaseMeasure attention_part() const { return {"attention", tokens, attention_s, cost.attention(), false}; }
 
   double tok_s() const { return seconds > 0 ? tokens / seconds : 0; }
   double flops_per_s() const { return seconds > 0 ? cost.flops / seconds : 0; }
@@ -35,6 +43,9 @@ struct PhaseMeasure {
 
 // A fixed-width table of the phases, and the machine's roofs under it.
 std::string phase_table(const std::vector<PhaseMeasure>& phases, const cpu::MachinePeaks& m);
+// Two lines for a phase that splits: its weight products' and its attention's time, FLOPs,
+// bytes, and the % of the roof each runs under (attention: f32 FMA, and the read bandwidth).
+std::string attention_lines(const PhaseMeasure& p, const cpu::MachinePeaks& m);
 // The machine's roofs in one line: both compute roofs, the read roof and its probes' spread.
 std::string machine_line(const cpu::MachinePeaks& m);
 // The roofs of the machine the model runs on: the CPU's probes, or the GPU's (HBM read,
@@ -44,7 +55,9 @@ Result<cpu::MachinePeaks> measure_roofs(const Model& m, double working_set_bytes
 // True when the model's products run 8-bit dot products: 8-bit activations, and most of its
 // weight bytes of a type with such a kernel.
 bool runs_int8_products(const Model& m);
+// A phase's figures, and (when it splits) its products' and attention's under those keys.
 nlohmann::ordered_json phase_json(const PhaseMeasure& p, const cpu::MachinePeaks& m);
+nlohmann::ordered_json phase_figures(const PhaseMeasure& p, const cpu::MachinePeaks& m);
 nlohmann::ordered_json machine_json(const cpu::MachinePeaks& m);
 
 }  // namespace tandem::apps

@@ -229,6 +229,9 @@ class Backend {
   // out [n_tokens, n_head * head_dim].
   virtual void attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
                          const AttentionParams& p, const Tensor& out) = 0;
+  // Wall time spent in attention() so far, in seconds; -1 where the backend does not measure it
+  // (a GPU's kernels run asynchronously). `bench` and `explain` split a phase's time by it.
+  virtual double attention_seconds() const { return -1; }
   // ---- mixtures of experts (a backend that runs them says so; others refuse such models) ----
   virtual bool runs_moe() const { return false; }
   // moe_ffn calls so far, and the distinct experts they ran (all calls together): `explain`

@@ -124,6 +124,9 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   st.kv_tokens = pool_->n_blocks() * pool_->block_tokens();
   bool first = true;
   SeqEvent last;
+  const Backend& be = model_.backend();
+  const double attention0 = be.attention_seconds();
+  double prefill_attention = -1;
   Timer t;
   auto added = sched.add(request_params(prompt, cfg, *capacity), [&](const SeqEvent& e) {
     if (first && (e.finish == FinishReason::None || e.by_stop_token)) {
@@ -132,6 +135,7 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
       first = false;
       st.prefill_s = sched.stats().pass_s;
       st.ttft_s = t.seconds();
+      prefill_attention = be.attention_seconds();
     }
     if (e.finish != FinishReason::None) {
       last = e;
@@ -153,6 +157,10 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   if (last.finish == FinishReason::Error) return make_error("{}", last.error);
   finish_stats(last, sched.stats(), &st);
   if (first && cfg.max_new_tokens == 0) st.prefill_s = sched.stats().pass_s, st.ttft_s = 0;
+  if (attention0 >= 0 && !draft.value() && !first) {
+    st.prefill_attention_s = prefill_attention - attention0;
+    st.decode_attention_s = be.attention_seconds() - prefill_attention;
+  }
   return st;
 }
 

@@ -45,6 +45,9 @@ struct GenerationStats {
   double prefill_s = 0.0;    // time of the prefill forward passes
   double ttft_s = 0.0;       // time to first token: prefill plus the first sample
   double decode_s = 0.0;     // total time of the decode steps
+  // Of prefill_s and decode_s, the time in attention (-1: the backend does not measure it, or
+  // a draft model shares its passes' time).
+  double prefill_attention_s = -1, decode_attention_s = -1;
   int n_decode_steps = 0;    // steps after the first token
   int n_decode_tokens = 0;   // tokens those steps produced (more than the steps when drafts are accepted)
   int64_t n_drafted = 0;     // speculative decoding: tokens proposed,

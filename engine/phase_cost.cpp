@@ -7,6 +7,7 @@ namespace tandem {
 
 PhaseCost& PhaseCost::operator+=(const PhaseCost& o) {
   flops += o.flops;
+  attn_flops += o.attn_flops;
   weight_bytes += o.weight_bytes;
   kv_read_bytes += o.kv_read_bytes;
   kv_write_bytes += o.kv_write_bytes;
@@ -84,13 +85,14 @@ PhaseCost prefill_cost(const ModelShape& m, int64_t n, int64_t pos0, int64_t chu
     c.flops += 2.0 * m.matmul_elements_per_token * (double)len;
     // attention flops summed over the chunk's positions: sum of (p + 1) per global layer
     if (m.windows.empty() || std::all_of(m.windows.begin(), m.windows.end(), [](int64_t w) { return w == 0; }))
-      c.flops += 4.0 * m.n_layer * m.n_head * m.head_dim * ((double)len * (double)(first + 1) + (double)len * (len - 1) / 2);
+      c.attn_flops += 4.0 * m.n_layer * m.n_head * m.head_dim * ((double)len * (double)(first + 1) + (double)len * (len - 1) / 2);
     else
-      for (int64_t p = first; p < first + len; p++) c.flops += attention_flops(m, p);
+      for (int64_t p = first; p < first + len; p++) c.attn_flops += attention_flops(m, p);
     // the prefix, once per chunk
     c.kv_read_bytes += m.kv_bytes_per_position / m.n_layer * m.keys_read(first, len);
     c.kv_write_bytes += m.kv_bytes_per_position * (double)len;
   }
+  c.flops += c.attn_flops;
   return c;
 }
 
@@ -99,6 +101,7 @@ PhaseCost decode_cost(const ModelShape& m, int64_t n, int64_t pos0) {
   for (int64_t k = 0; k < n; k++) {
     const int64_t p = pos0 + k;
     c.weight_bytes += m.matmul_bytes;
+    c.attn_flops += attention_flops(m, p);
     c.flops += 2.0 * m.matmul_elements_per_token + attention_flops(m, p);
     c.kv_read_bytes += m.kv_bytes_per_position / m.n_layer * m.keys_at(p);
     c.kv_write_bytes += m.kv_bytes_per_position;

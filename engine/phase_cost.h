@@ -16,11 +16,16 @@ namespace tandem {
 
 struct PhaseCost {
   double flops = 0;             // matmul + attention multiply-adds x 2
+  double attn_flops = 0;        // of which attention's (Q.K and softmax(.)V)
   double weight_bytes = 0;      // weight bytes read
   double kv_read_bytes = 0;     // K,V bytes read by attention
   double kv_write_bytes = 0;    // K,V bytes appended
   double bytes() const { return weight_bytes + kv_read_bytes + kv_write_bytes; }
   double intensity() const { return bytes() > 0 ? flops / bytes() : 0; }
+  // The two halves a long context pulls apart: the weight products (their FLOPs, the weight
+  // bytes) and attention (its FLOPs, the K,V bytes read and written).
+  PhaseCost products() const { return {flops - attn_flops, 0, weight_bytes, 0, 0}; }
+  PhaseCost attention() const { return {attn_flops, attn_flops, 0, kv_read_bytes, kv_write_bytes}; }
   PhaseCost& operator+=(const PhaseCost& o);
 };
 

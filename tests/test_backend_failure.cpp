@@ -134,10 +134,30 @@ TEST(BackendFailure, BenchTimersReturnTheErrorNotATime) {
   auto model = failing_model(3);
   ASSERT_TRUE(model);
   auto decode = apps::time_decode(*model, 8, DType::F16);
-  ASSERT_FALSE(decode.ok()) << "timed " << decode.value() << " s of failed passes";
+  ASSERT_FALSE(decode.ok()) << "timed " << decode->seconds << " s of failed passes";
   EXPECT_NE(decode.error().message.find("illegal memory access"), std::string::npos);
   auto prefill = apps::time_prefill(*model, 16, DType::F16);
   EXPECT_FALSE(prefill.ok());
+}
+
+// The CPU backend times its attention, and the bench's runs split their time by it: a
+// positive part of the run, growing with the context.
+TEST(BenchTimers, SplitOffAttentionsTime) {
+  test::TinyShape s;
+  auto model = Model::from_gguf(test::tiny_model_file(s));
+  ASSERT_TRUE(model.ok());
+  auto shallow = apps::time_decode(*model.value(), 8, DType::F16);
+  auto deep = apps::time_decode(*model.value(), 8, DType::F16, 200);
+  ASSERT_TRUE(shallow.ok() && deep.ok());
+  for (const apps::TimedRun& r : {shallow.value(), deep.value()}) {
+    EXPECT_GT(r.attention_s, 0);
+    EXPECT_LT(r.attention_s, r.seconds);
+  }
+  EXPECT_GT(deep->attention_s, shallow->attention_s);
+  auto prefill = apps::time_prefill(*model.value(), 32, DType::F16);
+  ASSERT_TRUE(prefill.ok());
+  EXPECT_GT(prefill->attention_s, 0);
+  EXPECT_LT(prefill->attention_s, prefill->seconds);
 }
 
 // One request over a fresh connection (Connection: close): the whole response.

@@ -125,6 +125,14 @@ TEST(PhaseCost, CountsMatchTheShape) {
   EXPECT_DOUBLE_EQ(prefill_cost(shape, 40, 0, 16).weight_bytes, 3 * shape.matmul_bytes);  // chunks of 16
   // Prefill's attention sum equals decode's, token by token.
   EXPECT_NEAR(prefill_cost(shape, 5, 3).flops, decode_cost(shape, 5, 3).flops, 1e-6 * decode_cost(shape, 5, 3).flops);
+  // The two halves: products (weights) and attention (K,V), each with its own FLOPs and bytes.
+  EXPECT_DOUBLE_EQ(d.attn_flops, 4.0 * c.n_layer * c.n_head * c.head_dim * 10);
+  EXPECT_DOUBLE_EQ(d.products().flops, 2 * shape.matmul_elements_per_token);
+  EXPECT_DOUBLE_EQ(d.products().bytes(), shape.matmul_bytes);
+  EXPECT_DOUBLE_EQ(d.attention().bytes(), d.kv_read_bytes + d.kv_write_bytes);
+  const PhaseCost deep = prefill_cost(shape, 8, 100);  // positions 100..107: keys 101..108 per layer
+  EXPECT_NEAR(deep.attn_flops, 4.0 * c.n_layer * c.n_head * c.head_dim * (101 + 108) * 8 / 2, 1e-9 * deep.attn_flops);
+  EXPECT_DOUBLE_EQ(deep.products().flops + deep.attention().flops, deep.flops);
   // Naive mode: step k is a prefill of k tokens.
   EXPECT_DOUBLE_EQ(no_cache_cost(shape, 1, 3).flops,
                    prefill_cost(shape, 1).flops + prefill_cost(shape, 2).flops + prefill_cost(shape, 3).flops);

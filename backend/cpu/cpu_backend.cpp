@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "core/huge_pages.h"
+#include "core/timer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/bounded_head.h"
 #include "kernels/cpu/dequantize.h"
@@ -290,11 +291,13 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const KvStore& kv, i
 void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const ForwardBatch& b, const HeadShape& h,
                            const AttentionParams& p, const Tensor& out) {
   const cpu::AttentionShape shape{h.n_head, h.n_kv_head, h.head_dim, p.scale, p.window, p.sinks ? f32(*p.sinks) : nullptr};
+  const Timer timer;
   if (kv.n_blocks == 1 && b.single_run()) {
     // One block holding the whole context: the contiguous kernel, without a table lookup per
     // key (the same floats: both kernels share one body).
     cpu::attention(f32(q), kv.data + kv.k_offset(layer), kv.data + kv.v_offset(layer), kv.dtype, q.rows,
                    b.positions()[0], shape, f32(out), kernels_);
+    attention_s_ += timer.seconds();
     return;
   }
   std::vector<cpu::PagedKvView> views((size_t)b.n_seq());
@@ -303,6 +306,7 @@ void CpuBackend::attention(const Tensor& q, const KvStore& kv, int layer, const 
                         kv.row_bytes,    kv.block_tokens,  b.block_table(s).data()};
   cpu::attention_paged(f32(q), q.rows, b.positions().data(), b.seq_ids().data(), views.data(), kv.dtype, shape,
                        f32(out), kernels_);
+  attention_s_ += timer.seconds();
 }
 
 void CpuBackend::logits(const Tensor& x, std::span<const int64_t> rows, const Tensor& norm, float eps, const Weight& w,

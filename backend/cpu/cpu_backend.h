@@ -73,6 +73,7 @@ class CpuBackend final : public Backend {
               const Tensor& scratch, const Tensor& out, const LogitsParams& p) override;
   bool runs_moe() const override { return true; }
   MoeCounts moe_counts() const override { return moe_counts_; }
+  double attention_seconds() const override { return attention_s_; }
   void moe_route(const Tensor& router_logits, const MoeRouting& r, const Tensor& routes) override;
   void moe_ffn(const Tensor& x, const Tensor& routes, int n_used, const ExpertWeights& e, GateActivation act,
                const Tensor& out) override;
@@ -118,6 +119,7 @@ class CpuBackend final : public Backend {
   };
   MoeScratch moe_;
   MoeCounts moe_counts_;
+  double attention_s_ = 0;  // attention()'s wall time so far
   cpu::SiluMulFn activation_kernel(GateActivation act) const;
   struct ExpertBias {  // an expert's rows of ExpertWeights' biases (null: none)
     const float *gate = nullptr, *up = nullptr, *down = nullptr;
