@@ -166,7 +166,7 @@ Status translate_tool_choice(const FieldCheck& fc, const ojson& v, ojson* chat) 
 Status check_fields(const FieldCheck& fc, const ojson& body) {
   static constexpr std::string_view kRead[] = {"model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p",
                                                "top_k", "stream", "tools", "tool_choice", "metadata", "thinking", "service_tier",
-                                               "speculative", "cache_salt", "ignore_eos"};  // the last three: tandem's
+                                               "speculative", "cache_salt", "ignore_eos", "grammar"};  // the last four: tandem's
   for (auto it = body.begin(); it != body.end(); ++it)
     if (std::find(std::begin(kRead), std::end(kRead), it.key()) == std::end(kRead))
       return fc.fail(it.key(), "is not supported by /v1/messages in tandem");
@@ -220,7 +220,7 @@ Result<ParsedRequest> parse_anthropic_request(const ojson& body, uint64_t seed_i
   Conversation c;
   TANDEM_TRY(translate_messages(fc, body, &c));
   ojson chat = {{"messages", c.messages}};
-  for (const char* k : {"model", "max_tokens", "temperature", "top_p", "stream", "speculative", "cache_salt", "ignore_eos"})
+  for (const char* k : {"model", "max_tokens", "temperature", "top_p", "stream", "speculative", "cache_salt", "ignore_eos", "grammar"})
     if (body.contains(k)) chat[k] = body[k];
   if (present(body, "tools")) TANDEM_TRY(translate_tools(fc, body["tools"], &chat["tools"]));
   if (present(body, "tool_choice")) TANDEM_TRY(translate_tool_choice(fc, body["tool_choice"], &chat));

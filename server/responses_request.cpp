@@ -196,7 +196,7 @@ Status check_fields(const FieldCheck& fc, const ojson& body) {
       "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
       "temperature", "top_p", "stream", "previous_response_id", "store", "reasoning", "metadata", "user",
       "prompt_cache_key", "safety_identifier", "service_tier", "truncation", "include", "background",
-      "speculative", "cache_salt", "ignore_eos"};  // the last three: tandem's, as in chat completions
+      "speculative", "cache_salt", "ignore_eos", "grammar"};  // the last four: tandem's, as in chat completions
   for (auto it = body.begin(); it != body.end(); ++it)
     if (std::find(std::begin(kRead), std::end(kRead), it.key()) == std::end(kRead))
       return fc.fail(it.key(), "is not supported by /v1/responses in tandem");
@@ -236,7 +236,7 @@ Status build_conversation(const FieldCheck& fc, const ojson& body, ResponsesStor
 
 // The chat body of the same request (apart from its messages).
 Status chat_fields(const FieldCheck& fc, const ojson& body, ojson* chat) {
-  for (const char* k : {"model", "parallel_tool_calls", "temperature", "top_p", "stream", "speculative", "cache_salt", "ignore_eos"})
+  for (const char* k : {"model", "parallel_tool_calls", "temperature", "top_p", "stream", "speculative", "cache_salt", "ignore_eos", "grammar"})
     if (body.contains(k)) (*chat)[k] = body[k];
   if (body.contains("max_output_tokens")) (*chat)["max_completion_tokens"] = body["max_output_tokens"];
   if (present(body, "tools")) TANDEM_TRY(translate_tools(fc, body["tools"], &(*chat)["tools"]));

@@ -9,6 +9,7 @@ tokens; a function-tool round trip through previous_response_id equals chat's fo
 turns; a streamed call has function_call_arguments events; a json_schema answer parses;
 store: false, an unknown id, a deleted one and an evicted one are 400s naming
 previous_response_id; GET/DELETE /v1/responses/{id}; another API key reads nothing of them.
+Reasoning (gpt-oss's harmony template, a grammar-forced answer): a reasoning item, a thinking block.
 Messages: a call and a stream equal chat's greedy text; stop_sequences ends with
 stop_reason "stop_sequence"; a tool_use / tool_result round trip equals chat's; x-api-key is
 the key; errors in Anthropic's shape. Both: unknown and unhonoured fields are 400s naming
@@ -231,6 +232,35 @@ def tenants(a, openai, anthropic):
         os.unlink(f.name)
 
 
+def reasoning(a, openai, anthropic):
+    """gpt-oss's harmony template and a grammar-forced harmony answer: a reasoning item (Responses)
+    and a thinking block (Messages) beside the answer, whole and streamed."""
+    template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates", "gpt-oss.jinja")
+    answer = "<|channel|>analysis<|message|>Add two and two.<|end|><|start|>assistant<|channel|>final<|message|>It is 4."
+    grammar = {"grammar": "root ::= " + json.dumps(answer)}
+    proc, port = start_server(a.tandem, a.model, ["--chat-template-file", template])
+    try:
+        oc = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+        r = oc.responses.create(model="m", input="What is 2+2?", max_output_tokens=200, extra_body=grammar)
+        with oc.responses.stream(model="m", input="What is 2+2?", max_output_tokens=200, extra_body=grammar) as s:
+            types = [ev.type for ev in s]
+            sr = s.get_final_response()
+        for label, resp in (("whole", r), ("streamed", sr)):
+            items = [(o.type, o.content[0].text) for o in resp.output]
+            check(items == [("reasoning", "Add two and two."), ("message", "It is 4.")], f"responses ({label}): a reasoning item, then the message: {items}")
+        check("response.reasoning_text.delta" in types, "responses stream: response.reasoning_text.delta events")
+        ac = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="none")
+        kw = dict(model="m", max_tokens=200, messages=[{"role": "user", "content": "What is 2+2?"}], extra_body=grammar)
+        m = ac.messages.create(**kw)
+        with ac.messages.stream(**kw) as s:
+            sm = s.get_final_message()
+        for label, msg in (("whole", m), ("streamed", sm)):
+            blocks = [(b.type, b.thinking if b.type == "thinking" else b.text) for b in msg.content]
+            check(blocks == [("thinking", "Add two and two."), ("text", "It is 4.")], f"messages ({label}): a thinking block, then the text: {blocks}")
+    finally:
+        proc.kill()
+
+
 def main():
     a = args_or_skip()
     if a is None:
@@ -252,6 +282,7 @@ def main():
     finally:
         proc.kill()
     tenants(a, openai, anthropic)
+    reasoning(a, openai, anthropic)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
 
