@@ -5,6 +5,7 @@
 
 #include "server/anthropic_messages.h"
 #include "server/chat_page.h"
+#include "server/embeddings.h"
 #include "server/openai_json.h"
 #include "server/responses_api.h"
 #include "server/token_endpoints.h"
@@ -22,7 +23,7 @@ HttpLimits transport_limits(HttpLimits l, size_t max_body, bool keyed) {
 }
 
 enum class Route {
-  Unknown, Health, Metrics, Models, Completions, Chat, Responses, StoredResponse, Messages, Tokenize, Detokenize, ApplyTemplate, Page, Preflight
+  Unknown, Health, Metrics, Models, Completions, Chat, Responses, StoredResponse, Messages, Embeddings, Tokenize, Detokenize, ApplyTemplate, Page, Preflight
 };
 
 Route route(const HttpRequest& r) {
@@ -35,6 +36,7 @@ Route route(const HttpRequest& r) {
   if (p == "/v1/chat/completions") return Route::Chat;
   if (p == "/v1/responses") return Route::Responses;
   if (p == "/v1/messages") return Route::Messages;
+  if (p == "/v1/embeddings") return Route::Embeddings;
   if (p.size() > 14 && p.substr(0, 14) == "/v1/responses/" && p.find('/', 14) == std::string_view::npos) return Route::StoredResponse;
   if (p == "/tokenize") return Route::Tokenize;
   if (p == "/detokenize") return Route::Detokenize;
@@ -76,7 +78,7 @@ class TrackedWriter : public ResponseWriter {
 };
 
 bool is_post(Route r) {
-  return r == Route::Completions || r == Route::Chat || r == Route::Responses || r == Route::Messages || r == Route::Tokenize || r == Route::Detokenize ||
+  return r == Route::Completions || r == Route::Chat || r == Route::Responses || r == Route::Messages || r == Route::Embeddings || r == Route::Tokenize || r == Route::Detokenize ||
          r == Route::ApplyTemplate;
 }
 bool method_fits(Route r, std::string_view method) {
@@ -237,6 +239,8 @@ void HttpServer::handle(HttpRequest r, std::shared_ptr<ResponseWriter> plain) {
         return w->respond(stored_response(ctx_, responses_, r, extra));
       case Route::Messages:
         return run_messages(ctx_, r, w, extra);
+      case Route::Embeddings:
+        return run_embeddings(ctx_, r, w, extra);
       default:
         run_completion(ctx_, rt == Route::Chat, r, w, extra);
     }
