@@ -99,11 +99,11 @@ void run_embeddings(EndpointContext& ctx, const HttpRequest& req, std::shared_pt
     ctx.metrics.request_rejected(tenant);
     w->respond({status, "application/json", dump_json(error_body(message, "invalid_request_error", param)), extra});
   };
+  auto body = parse_json_body(req.body);  // bounded first, whatever the model
+  if (!body.ok()) return refuse(400, body.error().message, "");
   if (ctx.model.config().pooling == ModelConfig::Pooling::None)
     return refuse(400, fmt::format("this model is not an embedding model (its GGUF has no {}.pooling_type): /v1/embeddings needs one, "
                                    "e.g. Qwen3-Embedding", ctx.model.config().arch), "model");
-  auto body = parse_json_body(req.body);
-  if (!body.ok()) return refuse(400, body.error().message, "");
   std::string bad;
   auto parsed = parse_embeddings(ctx, body.value(), &bad);
   if (!parsed.ok()) return refuse(400, parsed.error().message, bad);
