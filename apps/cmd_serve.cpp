@@ -84,6 +84,7 @@ struct ServeArgs {
   double header_timeout = 10, body_timeout = 60, idle_timeout = 30, write_timeout = 30, drain_timeout = 30;
   std::string prefix_cache_scope = "key";
   std::string tool_format = "auto";
+  std::string responses_store = "64MiB";
 };
 
 // The HTTP side's options: the address, who may call, and the connection limits.
@@ -101,6 +102,11 @@ void add_http_options(CLI::App* sub, ServeArgs& a) {
                   "which requests share cached prompt blocks: global, key (requests with the same API key; the default) or request "
                   "(none); a request's cache_salt narrows sharing further")
       ->check(CLI::IsMember({"global", "key", "request"}));
+  sub->add_option("--responses-store", a.responses_store,
+                  "memory for the Responses API's stored answers (previous_response_id, GET /v1/responses/ID), least "
+                  "recently used out first; 0 keeps none")
+      ->check(CLI::Validator([](std::string& v) { return parse_bytes(v).ok() ? std::string() : "not a size such as 64MiB: " + v; },
+                             "SIZE"));
   sub->add_option("--drain-timeout", a.drain_timeout,
                   "on SIGTERM: seconds running requests get to finish (new ones get 503) before they are ended; a second signal stops at once")
       ->check(CLI::Range(0.0, 86400.0));
@@ -247,6 +253,7 @@ server::ServerOptions server_options(const ServeArgs& a, std::vector<std::string
   opts.allowed_hosts = a.allow_host;
   opts.allow_special_in_messages = a.allow_special_in_messages;
   opts.tool_format = server::parse_tool_format_mode(a.tool_format).value();
+  opts.responses_store_bytes = parse_bytes(a.responses_store).value();
   opts.limits.max_connections = a.max_connections;
   opts.limits.max_connections_per_peer = a.max_connections_per_client;
   opts.limits.reserved_connections = a.reserved_connections;

@@ -113,7 +113,7 @@ void Model::routed_ffn(const LayerWeights& L, const Tensor& xb, const Tensor& pr
 // Prefill multiplies every weight by a block of n tokens (matrix-matrix); decode, with n == 1,
 // by a single vector (matrix-vector). Weights that read the same input run as one group. The
 // family's differences are the spec's fields, read here and nowhere else.
-void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at) {
+void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at, bool hidden) {
   const ModelConfig& c = config_;
   const ArchSpec& a = c.spec;
   const int64_t n = b.n_tokens();
@@ -185,6 +185,7 @@ void Model::pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBa
       const Tensor* next_norm = li + 1 < c.n_layer ? &weights_.layers[li + 1].attn_norm : nullptr;
       be.add_residual(x, proj, next_norm, next_norm ? &xb : nullptr, eps, a.residual_scale);
     }
+    if (hidden) be.rmsnorm(x, weights_.output_norm, xb, eps);
     if (!logit_rows.empty())
       be.logits(x, logit_rows, weights_.output_norm, eps, weights_.output, xb_, logits,
                 LogitsParams{a.logit_scale, a.logit_softcap, b.argmax_logits && !ranks});

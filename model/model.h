@@ -81,6 +81,10 @@ class Model {
   // slots. Returns [n_logits, n_vocab]: one row per logit row of the batch, in order; the span
   // lives until the next call.
   Result<std::span<const float>> forward(BlockPool& pool, const ForwardBatch& batch);
+  // The same pass, for an embedding model: returns [n_tokens, n_embd], every token's final
+  // hidden state after the output norm (what its logits would be computed from); the span
+  // lives until the next call. Not under tensor parallelism.
+  Result<std::span<const float>> hidden_states(BlockPool& pool, const ForwardBatch& batch);
   // The same from entries and per-sequence block tables (entry.seq indexes `tables`).
   Result<std::span<const float>> forward_batch(BlockPool& pool, std::span<const BatchEntry> batch,
                                                std::span<const std::vector<int32_t>> tables);
@@ -97,7 +101,9 @@ class Model {
   // write the logits of its logit rows to rows [logits_at, ...) of logits_.
   // `groups`: which layers a block of `kv` holds (kv/layer_groups.h; one group of all layers
   // for a full store).
-  void pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at);
+  // `hidden`: after the last layer, the output norm of every row into xb_ (hidden_states).
+  void pass(const KvStore& kv, const KvLayerGroups& groups, const ForwardBatch& b, int64_t logits_at, bool hidden = false);
+  Status check_batch(BlockPool& pool, const ForwardBatch& b) const;
   // Parts of pass(), each a sequence of backend calls.
   void embed_tokens(const ForwardBatch& b, const Tensor& x);
   void routed_ffn(const LayerWeights& L, const Tensor& xb, const Tensor& proj);

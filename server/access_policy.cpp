@@ -45,10 +45,12 @@ bool split_host(std::string_view host, std::string* name, int* port) {
 
 }  // namespace
 
-std::string_view bearer_token(const HttpRequest& r) {
+std::string_view presented_key(const HttpRequest& r) {
   const auto auth = r.header("Authorization");
   constexpr std::string_view bearer = "Bearer ";
-  return auth && auth->substr(0, bearer.size()) == bearer ? auth->substr(bearer.size()) : std::string_view();
+  if (auth && auth->substr(0, bearer.size()) == bearer) return auth->substr(bearer.size());
+  const auto x_api_key = r.header("x-api-key");  // Anthropic's clients send their key here
+  return x_api_key ? *x_api_key : std::string_view();
 }
 
 bool constant_time_equal(std::string_view expected, std::string_view given) {
@@ -62,7 +64,7 @@ bool constant_time_equal(std::string_view expected, std::string_view given) {
 }
 
 KeyMatch AccessPolicy::match_key(const HttpRequest& r) const {
-  const std::string_view given = bearer_token(r);
+  const std::string_view given = presented_key(r);
   KeyMatch m;
   size_t index = 0;
   for (size_t i = 0; i < o_.api_keys.size(); i++) {
@@ -122,7 +124,7 @@ std::optional<Refusal> AccessPolicy::check(const HttpRequest& r, bool needs_key)
                                *origin),
                    "permission_error"};
   if (needs_key && keyed() && !match_key(r).known)
-    return Refusal{401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error"};
+    return Refusal{401, "invalid or missing API key (Authorization: Bearer ... or x-api-key: ...)", "authentication_error"};
   if (r.method == "POST") {
     const auto ct = r.header("Content-Type");
     const std::string media = ct ? lower(trim_ows(ct->substr(0, ct->find(';')))) : "";

@@ -36,8 +36,8 @@ struct Refusal {
   std::string message, type;
 };
 
-// The key of "Authorization: Bearer KEY" ("" when absent).
-std::string_view bearer_token(const HttpRequest& r);
+// The key of "Authorization: Bearer KEY", else of "x-api-key: KEY" (Anthropic's header); "" when absent.
+std::string_view presented_key(const HttpRequest& r);
 
 // Compares without an early exit: the time depends on the expected key's length only.
 bool constant_time_equal(std::string_view expected, std::string_view given);

@@ -63,11 +63,11 @@ HttpResponse json_response(int status, const ojson& body, const HttpHeaders& ext
 // queued; drain() handles them in order on a worker thread.
 class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
  public:
-  CompletionRun(EndpointContext& ctx, bool chat, ParsedRequest pr, int n_prompt, std::shared_ptr<ResponseWriter> w, HttpHeaders extra,
-                std::string tenant, std::optional<ToolOutput> tools = std::nullopt)
-      : ctx_(ctx), work_(ctx.work), chat_(chat), pr_(std::move(pr)), n_prompt_(n_prompt), w_(std::move(w)), extra_(std::move(extra)),
-        tenant_(std::move(tenant)), response_(chat, ctx.model_name), text_(pr_.stop), tool_output_(std::move(tools)) {
-    const ReasoningFormat rf = chat && ctx.chat ? detect_reasoning_format(ctx.chat->source()) : ReasoningFormat::None;
+  CompletionRun(EndpointContext& ctx, ParsedRequest pr, int n_prompt, std::unique_ptr<AnswerWire> wire, std::shared_ptr<ResponseWriter> w,
+                HttpHeaders extra, std::string tenant, std::optional<ToolOutput> tools = std::nullopt)
+      : ctx_(ctx), work_(ctx.work), pr_(std::move(pr)), n_prompt_(n_prompt), wire_(std::move(wire)), w_(std::move(w)),
+        extra_(std::move(extra)), tenant_(std::move(tenant)), text_(pr_.stop), tool_output_(std::move(tools)) {
+    const ReasoningFormat rf = pr_.chat && ctx.chat ? detect_reasoning_format(ctx.chat->source()) : ReasoningFormat::None;
     // Harmony's calls are messages to functions.NAME: its parser reads them, not the family's
     // (but for the generic format, whose calls are the constrained answer's JSON).
     harmony_ = rf == ReasoningFormat::Harmony && !(tool_output_ && tool_output_->family == ToolCallFamily::Generic);
@@ -187,20 +187,15 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       for (const auto& [tid, l] : e.top_logprobs)
         if ((int)lp.top.size() < pr_.top_logprobs) lp.top.emplace_back(ctx_.tok.token_to_piece(tid), l);
     }
+    answer_.text += text;
+    answer_.reasoning += reasoning;
     if (!pr_.stream) {
-      text_out_ += text;
-      reasoning_out_ += reasoning;
       add_calls(std::move(calls));
-      if (pr_.logprobs) logprobs_.push_back(std::move(lp));
+      if (pr_.logprobs) answer_.logprobs.push_back(std::move(lp));
       return;
     }
-    if (!reasoning.empty()) send(response_.delta_chunk({{"reasoning_content", reasoning}}, nullptr));
-    if (!text.empty() || pr_.logprobs) {
-      ojson lj = nullptr;
-      if (pr_.logprobs) lj = chat_ ? chat_logprobs({lp}) : completion_logprobs({lp}, pr_.top_logprobs > 0, streamed_bytes_);
-      streamed_bytes_ += lp.bytes.size();
-      send(response_.chunk(text, lj, nullptr, false));
-    }
+    if (!reasoning.empty()) send(wire_->reasoning(reasoning));
+    if (!text.empty() || pr_.logprobs) send(wire_->text(text, pr_.logprobs ? &lp : nullptr));
     send_calls(std::move(calls));
   }
 
@@ -231,21 +226,23 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
   }
 
   void add_calls(std::vector<ToolCall> calls) {
-    for (ToolCall& c : calls) tool_calls_.push_back(tool_call_json(std::move(c), make_tool_call_id(tool_output_->family, id_rng_)));
+    for (ToolCall& c : calls)
+      answer_.tool_calls.push_back(tool_call_json(std::move(c), make_tool_call_id(tool_output_->family, id_rng_)));
   }
 
   void send_calls(std::vector<ToolCall> calls) {
-    const size_t first = tool_calls_.size();
+    if (calls.empty()) return;
+    const size_t first = answer_.tool_calls.size();
     add_calls(std::move(calls));
-    const std::vector<ojson> added(tool_calls_.begin() + (ptrdiff_t)first, tool_calls_.end());
-    for (ojson& delta : tool_call_deltas(added, first)) send(response_.delta_chunk(std::move(delta), nullptr));
+    const std::vector<ojson> added(answer_.tool_calls.begin() + (ptrdiff_t)first, answer_.tool_calls.end());
+    send(wire_->calls(added, first));
   }
 
   void on_accepted(Result<int64_t>& id) {
     if (!id.ok()) {
       ctx_.metrics.request_rejected(tenant_);
       done_ = true;
-      return w_->respond(json_response(400, error_body(id.error().message, "invalid_request_error"), extra_));
+      return w_->respond(json_response(400, wire_->error(id.error().message, "invalid_request_error", ""), extra_));
     }
     bool gone;
     {
@@ -256,12 +253,12 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     ctx_.metrics.request_started(tenant_);
     started_ = true;
     if (gone) ctx_.loop.cancel(id_);
-    response_.set_id(fmt::format("{}-{}", chat_ ? "chatcmpl" : "cmpl", id_));
+    wire_->set_engine_id(id_);
     if (!pr_.stream) return;
     HttpHeaders h = extra_;
     h.emplace_back("Cache-Control", "no-cache");
     w_->begin_stream(200, "text/event-stream", std::move(h));
-    send(response_.chunk("", nullptr, nullptr, true));  // the role chunk (chat), an empty text chunk (completions)
+    send(wire_->open());
   }
 
   void on_finish(const SeqEvent& e) {
@@ -289,23 +286,21 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
       for (ToolCall& c : end.calls) calls.push_back(std::move(c));
       if (reason == "stop" && tool_stream_->calls_so_far() > 0) reason = "tool_calls";
     }
+    answer_.finish = reason;
+    answer_.stop_sequence = text_.matched_stop();
+    answer_.usage = {n_prompt_, completion_tokens_, n_cached_};
+    answer_.text += rest;
+    answer_.reasoning += reasoning;
     if (!pr_.stream) {
       add_calls(std::move(calls));
-      const ojson lp = !pr_.logprobs ? ojson(nullptr) : chat_ ? chat_logprobs(logprobs_) : completion_logprobs(logprobs_, pr_.top_logprobs > 0);
-      ojson body = response_.answer(text_out_ + rest, tool_calls_, lp, reason, usage());
-      if (!(reasoning_out_ + reasoning).empty()) body["choices"][0]["message"]["reasoning_content"] = reasoning_out_ + reasoning;
-      return w_->respond(json_response(200, body, extra_));
+      return w_->respond(json_response(200, wire_->whole(answer_), extra_));
     }
-    if (!reasoning.empty()) send(response_.delta_chunk({{"reasoning_content", reasoning}}, nullptr));
-    if (!rest.empty()) send(response_.chunk(rest, nullptr, nullptr, false));
+    if (!reasoning.empty()) send(wire_->reasoning(reasoning));
+    if (!rest.empty()) send(wire_->text(rest, nullptr));
     send_calls(std::move(calls));
-    send(response_.chunk("", nullptr, reason, false));
-    if (pr_.include_usage) send(response_.usage_chunk(usage()));
-    w_->write("data: [DONE]\n\n");
+    send(wire_->close(answer_));
     w_->end_stream();
   }
-
-  TokenUsage usage() const { return {n_prompt_, completion_tokens_, n_cached_}; }
 
   // Whatever went wrong, the client gets an answer: a 500, or an error event that ends the stream.
   // A stream ends with the error event, then [DONE], so that a client reading to [DONE] sees why.
@@ -316,29 +311,29 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
     if (!done_ && started_) ctx_.loop.cancel(id_);
     done_ = true;
     const bool shutdown = ctx_.draining && ctx_.draining->load();
-    const ojson err = over_budget ? error_body(message, "invalid_request_error", constraint_param(pr_.constraint.name))
-                                  : error_body(message, shutdown ? "service_unavailable" : "server_error");
+    const ojson err = over_budget ? wire_->error(message, "invalid_request_error", constraint_param(pr_.constraint.name))
+                                  : wire_->error(message, shutdown ? "service_unavailable" : "server_error", "");
     if (!pr_.stream || !started_) {
       HttpResponse r = json_response(over_budget ? 400 : shutdown ? 503 : 500, err, extra_);
       if (shutdown) r.headers.emplace_back("Retry-After", "5");
       return w_->respond(std::move(r));
     }
-    w_->write("data: " + dump_json(err) + "\n\n");
-    w_->write("data: [DONE]\n\n");
+    send(wire_->stream_error(err));
     w_->end_stream();
   }
 
-  void send(const ojson& j) { w_->write("data: " + dump_json(j) + "\n\n"); }
+  void send(std::string events) {
+    if (!events.empty()) w_->write(std::move(events));
+  }
 
   EndpointContext& ctx_;
   std::shared_ptr<WorkQueue> work_;
-  const bool chat_;
   const ParsedRequest pr_;
   const int n_prompt_;
+  std::unique_ptr<AnswerWire> wire_;  // the API's JSON
   std::shared_ptr<ResponseWriter> w_;
   const HttpHeaders extra_;
   const std::string tenant_;  // the API key's tenant ("" without keys): metrics per key
-  OpenAiResponse response_;
   Timer since_arrival_;
 
   std::mutex mu_;  // guards the four below
@@ -348,29 +343,33 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 
   // Worker-side state (one drain at a time).
   TextStream text_;
-  std::string text_out_;
-  std::vector<TokenLogprob> logprobs_;
+  Answer answer_;  // the text, reasoning and calls so far (and logprobs of a whole answer)
   int completion_tokens_ = 0, n_cached_ = 0;
-  size_t streamed_bytes_ = 0;
   double last_token_s_ = -1;
   bool done_ = false, started_ = false;
-  // Tools active: the parser of the answer, the calls so far (OpenAI's JSON), their ids' source.
+  // Tools active: the parser of the answer, the source of the calls' ids.
   std::optional<ToolOutput> tool_output_;
   std::unique_ptr<ToolCallStream> tool_stream_;
-  std::vector<ojson> tool_calls_;
   std::mt19937_64 id_rng_{std::random_device{}()};
   bool calls_complete_ = false;  // parallel_tool_calls false and the one call has come
   // A template with reasoning (chat/reasoning.h): its parser, the marker tokens rendered as
-  // text for it, the reasoning so far (a whole answer's "reasoning_content").
+  // text for it.
   ReasoningFormat reasoning_format_ = ReasoningFormat::None;
   bool harmony_ = false;  // harmony, and its calls are read from its channels (not the generic format)
   std::unique_ptr<ReasoningStream> reasoning_;
   std::vector<int32_t> reasoning_markers_;
-  std::string reasoning_out_;
   size_t n_harmony_calls_ = 0;
 };
 
 }  // namespace
+
+void start_completion(EndpointContext& ctx, PreparedRequest&& p, std::unique_ptr<AnswerWire> wire, std::shared_ptr<ResponseWriter> w,
+                      HttpHeaders extra, const std::string& tenant) {
+  extra.insert(extra.end(), p.headers.begin(), p.headers.end());
+  auto run = std::make_shared<CompletionRun>(ctx, std::move(p.pr), p.n_prompt, std::move(wire), std::move(w), std::move(extra), tenant,
+                                             std::move(p.tools));
+  run->submit(std::move(p.params));
+}
 
 void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std::shared_ptr<ResponseWriter> w, HttpHeaders extra) {
   // The key's tenant: its metrics, and its fair share of the engine's admission and prefill.
@@ -381,10 +380,8 @@ void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std
     return w->respond(json_response(no->status, error_body(no->message, "invalid_request_error", no->param), extra));
   }
   PreparedRequest& p = std::get<PreparedRequest>(prepared);
-  extra.insert(extra.end(), p.headers.begin(), p.headers.end());
-  auto run = std::make_shared<CompletionRun>(ctx, chat, std::move(p.pr), p.n_prompt, std::move(w), std::move(extra), tenant,
-                                             std::move(p.tools));
-  run->submit(std::move(p.params));
+  auto wire = std::make_unique<ChatCompletionsWire>(chat, ctx.model_name, p.pr.include_usage, p.pr.top_logprobs > 0);
+  start_completion(ctx, std::move(p), std::move(wire), std::move(w), std::move(extra), tenant);
 }
 
 }  // namespace tandem::server

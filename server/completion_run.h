@@ -55,8 +55,16 @@ struct EndpointContext {
   ToolFormatMode tool_format = ToolFormatMode::Auto;
 };
 
+struct PreparedRequest;
+class AnswerWire;
+
 // On a worker thread. `extra` fields go on every response (CORS).
 void run_completion(EndpointContext& ctx, bool chat, const HttpRequest& req, std::shared_ptr<ResponseWriter> w, HttpHeaders extra);
+
+// Submits a request made ready (server/request_prompt.h); its answer goes out through `wire`
+// (the endpoint's API). `tenant`: the request's API key's tenant.
+void start_completion(EndpointContext& ctx, PreparedRequest&& p, std::unique_ptr<AnswerWire> wire, std::shared_ptr<ResponseWriter> w,
+                      HttpHeaders extra, const std::string& tenant);
 
 // The longest byte string any token stands for (special tokens included).
 size_t longest_token_bytes(const Tokenizer& tok);

@@ -3,8 +3,11 @@
 #include <ctime>
 #include <thread>
 
+#include "server/anthropic_messages.h"
 #include "server/chat_page.h"
+#include "server/embeddings.h"
 #include "server/openai_json.h"
+#include "server/responses_api.h"
 #include "server/token_endpoints.h"
 
 namespace tandem::server {
@@ -19,7 +22,9 @@ HttpLimits transport_limits(HttpLimits l, size_t max_body, bool keyed) {
   return l;
 }
 
-enum class Route { Unknown, Health, Metrics, Models, Completions, Chat, Tokenize, Detokenize, ApplyTemplate, Page, Preflight };
+enum class Route {
+  Unknown, Health, Metrics, Models, Completions, Chat, Responses, StoredResponse, Messages, Embeddings, Tokenize, Detokenize, ApplyTemplate, Page, Preflight
+};
 
 Route route(const HttpRequest& r) {
   const std::string_view p = r.path();
@@ -29,6 +34,10 @@ Route route(const HttpRequest& r) {
   if (p == "/v1/models") return Route::Models;
   if (p == "/v1/completions") return Route::Completions;
   if (p == "/v1/chat/completions") return Route::Chat;
+  if (p == "/v1/responses") return Route::Responses;
+  if (p == "/v1/messages") return Route::Messages;
+  if (p == "/v1/embeddings") return Route::Embeddings;
+  if (p.size() > 14 && p.substr(0, 14) == "/v1/responses/" && p.find('/', 14) == std::string_view::npos) return Route::StoredResponse;
   if (p == "/tokenize") return Route::Tokenize;
   if (p == "/detokenize") return Route::Detokenize;
   if (p == "/apply-template") return Route::ApplyTemplate;
@@ -69,9 +78,14 @@ class TrackedWriter : public ResponseWriter {
 };
 
 bool is_post(Route r) {
-  return r == Route::Completions || r == Route::Chat || r == Route::Tokenize || r == Route::Detokenize || r == Route::ApplyTemplate;
+  return r == Route::Completions || r == Route::Chat || r == Route::Responses || r == Route::Messages || r == Route::Embeddings || r == Route::Tokenize || r == Route::Detokenize ||
+         r == Route::ApplyTemplate;
 }
-const char* method_of(Route r) { return is_post(r) ? "POST" : "GET"; }
+bool method_fits(Route r, std::string_view method) {
+  if (r == Route::StoredResponse) return method == "GET" || method == "DELETE";
+  return method == (is_post(r) ? "POST" : "GET");
+}
+const char* method_of(Route r) { return r == Route::StoredResponse ? "GET or DELETE" : is_post(r) ? "POST" : "GET"; }
 
 }  // namespace
 
@@ -81,6 +95,7 @@ HttpServer::HttpServer(const Model& model, const Tokenizer& tok, const ChatTempl
       metrics_(metrics),
       access_(AccessOptions{opts_.api_keys, opts_.operator_keys, opts_.host, opts_.port, opts_.allowed_origins,
                             opts_.allowed_hosts}),
+      responses_(opts_.responses_store_bytes),
       transport_(*this, transport_limits(opts_.limits, opts_.max_body_bytes, access_.keyed()), opts_.io_threads,
                  opts_.worker_threads),
       ctx_{model, tok, chat, loop, metrics, opts_.model_name, transport_.work_queue(), longest_token_bytes(tok),
@@ -129,7 +144,9 @@ void HttpServer::stop() {
 
 HttpResponse HttpServer::error(int status, const std::string& message, const std::string& type, const HttpRequest& r) {
   if (status >= 400 && status < 500) metrics_.request_rejected();
-  return {status, "application/json", dump_json(error_body(message, type)), access_.cors_headers(r)};
+  // Anthropic's clients read their own error shape (its types: anthropic_error).
+  const ojson body = route(r) == Route::Messages ? anthropic_error(message, status == 404 ? "not_found_error" : type) : error_body(message, type);
+  return {status, "application/json", dump_json(body), access_.cors_headers(r)};
 }
 
 std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
@@ -152,7 +169,7 @@ std::optional<HttpResponse> HttpServer::check_header(const HttpRequest& r) {
     refusal.headers.emplace_back("Retry-After", "5");
     return refusal;
   }
-  if (rt != Route::Preflight && r.method != method_of(rt))
+  if (rt != Route::Preflight && !method_fits(rt, r.method))
     return error(405, fmt::format("{} needs {}", r.path(), method_of(rt)), "invalid_request_error", r);
   // The page is open (it holds nothing; its API calls carry the key), but Host and Origin are
   // still checked: a rebinding page must not read it from this origin either.
@@ -195,8 +212,8 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
       return chat_page_file(r.path());
     case Route::Preflight: {
       HttpHeaders h = access_.cors_headers(r);
-      h.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      h.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      h.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      h.emplace_back("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
       h.emplace_back("Access-Control-Max-Age", "600");
       return HttpResponse{200, "text/plain", "", h, false};
     }
@@ -216,6 +233,14 @@ void HttpServer::handle(HttpRequest r, std::shared_ptr<ResponseWriter> plain) {
         return w->respond(run_token_endpoint(TokenEndpoint::Detokenize, ctx_, r, extra));
       case Route::ApplyTemplate:
         return w->respond(run_token_endpoint(TokenEndpoint::ApplyTemplate, ctx_, r, extra));
+      case Route::Responses:
+        return run_responses(ctx_, responses_, r, w, extra);
+      case Route::StoredResponse:
+        return w->respond(stored_response(ctx_, responses_, r, extra));
+      case Route::Messages:
+        return run_messages(ctx_, r, w, extra);
+      case Route::Embeddings:
+        return run_embeddings(ctx_, r, w, extra);
       default:
         run_completion(ctx_, rt == Route::Chat, r, w, extra);
     }

@@ -2,6 +2,8 @@
 // It only translates: JSON requests become token prompts and sampling parameters for the
 // serving loop, whose events become JSON responses or SSE chunks. It never schedules.
 //   POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models,
+//   POST /v1/responses and GET/DELETE /v1/responses/{id} (server/responses_api.h), POST
+//   /v1/messages (Anthropic's; server/anthropic_messages.h), POST /v1/embeddings (server/embeddings.h),
 //   GET /health (always open), GET /metrics (Prometheus text; behind the API key when set),
 //   llama-server's POST /tokenize, /detokenize, /apply-template (server/token_endpoints.h; behind
 //   the key), and the chat page at GET / (server/chat_page.h; open, its API calls need the key).
@@ -27,6 +29,7 @@
 #include "server/completion_run.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/responses_store.h"
 #include "server/serving_loop.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -52,6 +55,7 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;    // Host names served besides the bound address and localhost
   bool allow_special_in_messages = false;    // message text may write control tokens (role forgery)
   ToolFormatMode tool_format = ToolFormatMode::Auto;  // tool calls: the template's format or the generic one
+  size_t responses_store_bytes = 64u << 20;  // the Responses API's stored answers (responses_store.h)
 };
 
 class HttpServer : public HttpHandler {
@@ -84,6 +88,7 @@ class HttpServer : public HttpHandler {
   ServerOptions opts_;
   Metrics& metrics_;
   AccessPolicy access_;
+  ResponsesStore responses_;
   HttpTransport transport_;
   EndpointContext ctx_;
   std::atomic<bool> draining_{false};

@@ -9,14 +9,10 @@
 #include <vector>
 
 #include "chat/tool_calls.h"
+#include "server/answer_wire.h"
 #include "server/openai_json.h"
 
 namespace tandem::server {
-
-struct TokenUsage {
-  int prompt = 0, completion = 0;
-  int cached = 0;  // prompt tokens the prefix cache gave, within the request's cache scope only
-};
 
 class OpenAiResponse {
  public:
@@ -42,6 +38,28 @@ class OpenAiResponse {
   bool chat_;
   std::string model_, id_;
   int64_t created_ = (int64_t)std::time(nullptr);
+};
+
+// /v1/chat/completions and /v1/completions on the wire: chunks with "data: [DONE]" at the end,
+// logprobs in each endpoint's shape, usage last when the stream asked for it.
+class ChatCompletionsWire : public AnswerWire {
+ public:
+  ChatCompletionsWire(bool chat, std::string model, bool include_usage, bool top_logprobs)
+      : response_(chat, std::move(model)), include_usage_(include_usage), top_logprobs_(top_logprobs) {}
+  void set_engine_id(int64_t id) override;
+  ojson error(const std::string& message, const std::string& type, const std::string& param) const override;
+  ojson whole(const Answer& a) override;
+  std::string open() override;
+  std::string text(const std::string& text, const TokenLogprob* lp) override;
+  std::string reasoning(const std::string& text) override;
+  std::string calls(const std::vector<ojson>& added, size_t first_index) override;
+  std::string close(const Answer& a) override;
+  std::string stream_error(const ojson& error_body) override;
+
+ private:
+  OpenAiResponse response_;
+  bool include_usage_, top_logprobs_;
+  size_t streamed_bytes_ = 0;  // completions' text_offset
 };
 
 // One call as OpenAI returns it: {"id", "type": "function", "function": {"name", "arguments"}}.

@@ -105,7 +105,7 @@ std::optional<Rejection> tokenize_and_fill(EndpointContext& ctx, bool chat, cons
   rp.want_logprobs = pr.logprobs;
   rp.top_logprobs = pr.logprobs ? pr.top_logprobs : 0;
   rp.speculative = pr.speculative;
-  rp.cache_scope = cache_scope_for(ctx.cache_scope, ctx.keyed ? bearer_token(req) : std::string_view(), pr.cache_salt);
+  rp.cache_scope = cache_scope_for(ctx.cache_scope, ctx.keyed ? presented_key(req) : std::string_view(), pr.cache_salt);
   out.n_prompt = (int)rp.prompt.size();
   return std::nullopt;
 }
@@ -123,8 +123,14 @@ std::variant<PreparedRequest, Rejection> prepare_request(EndpointContext& ctx, b
   std::string bad;
   auto parsed = parse_request(body.value(), chat, std::random_device{}(), &bad);
   if (!parsed.ok()) return Rejection{400, parsed.error().message, bad};
+  return prepare_parsed(ctx, std::move(parsed.value()), req, tenant);
+}
+
+std::variant<PreparedRequest, Rejection> prepare_parsed(EndpointContext& ctx, ParsedRequest pr, const HttpRequest& req,
+                                                        const std::string& tenant) {
+  const bool chat = pr.chat;
   PreparedRequest out;
-  out.pr = std::move(parsed.value());
+  out.pr = std::move(pr);
   out.params.tenant = tenant;
   RenderedPrompt rendered;  // chat: which bytes came from the request; completions: all the caller's
   if (auto no = render_prompt(ctx, chat, out, &rendered)) return *no;

@@ -42,6 +42,11 @@ struct Rejection {
 std::variant<PreparedRequest, Rejection> prepare_request(EndpointContext& ctx, bool chat, const HttpRequest& req,
                                                          const std::string& tenant);
 
+// The same for a request already parsed: the Responses and Messages endpoints translate theirs
+// into a chat request (a Rejection's param then names the chat request's field).
+std::variant<PreparedRequest, Rejection> prepare_parsed(EndpointContext& ctx, ParsedRequest pr, const HttpRequest& req,
+                                                        const std::string& tenant);
+
 // The request parameter a constraint came from (OutputConstraint::name: a schema's name,
 // "json_object", "grammar" or "tool_choice").
 std::string constraint_param(const std::string& name);

@@ -3,11 +3,12 @@
 #include <cstdio>
 
 #include "core/timer.h"
+#include "engine/embedder.h"
 
 namespace tandem::server {
 
 ServingLoop::ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
-    : sched_(model, pool, o), model_(model), pool_(pool), metrics_(metrics) {
+    : sched_(model, pool, o), model_(model), pool_(pool), metrics_(metrics), max_batch_tokens_(o.max_batch_tokens) {
   publish_gauges(0);  // the pool's size shows in /metrics before the first request
   thread_ = std::thread([this] { run(); });
 }
@@ -25,6 +26,15 @@ void ServingLoop::submit(RequestParams p, SeqCallback cb, std::function<void(Res
   {
     std::lock_guard<std::mutex> l(mu_);
     inbox_.push_back({std::move(p), std::move(cb), std::move(accepted)});
+    idle_ = false;
+  }
+  cv_.notify_all();
+}
+
+void ServingLoop::embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    embeds_.push_back({std::move(inputs), std::move(done)});
     idle_ = false;
   }
   cv_.notify_all();
@@ -85,19 +95,22 @@ void ServingLoop::run() {
     std::deque<Incoming> in;
     std::vector<int64_t> cancels;
     std::optional<std::string> abort;
+    std::deque<EmbedJob> embeds;
     {
       std::unique_lock<std::mutex> l(mu_);
-      if (!sched_.has_work() && inbox_.empty() && cancels_.empty()) {
+      if (!sched_.has_work() && inbox_.empty() && cancels_.empty() && embeds_.empty()) {
         idle_ = true;
         idle_cv_.notify_all();
-        cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || abort_; });
+        cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || abort_ || !embeds_.empty(); });
       }
       if (stop_) break;
       idle_ = false;
       in.swap(inbox_);
       cancels.swap(cancels_);
       abort.swap(abort_);
+      embeds.swap(embeds_);
     }
+    for (EmbedJob& j : embeds) j.done(embed_sequences(model_, pool_, j.inputs, max_batch_tokens_));
     for (Incoming& r : in) {
       auto id = sched_.add(std::move(r.p), std::move(r.cb));
       r.accepted(id);
@@ -127,6 +140,8 @@ void ServingLoop::run() {
   // Shutting down: everything still queued or running ends as cancelled.
   for (Incoming& r : inbox_) r.accepted(make_error("the server is shutting down"));
   inbox_.clear();
+  for (EmbedJob& j : embeds_) j.done(make_error("the server is shutting down"));
+  embeds_.clear();
 }
 
 }  // namespace tandem::server

@@ -27,6 +27,10 @@ class ServingLoop {
   // before any event. Errors are the scheduler's (e.g. prompt past the context).
   void submit(RequestParams p, SeqCallback cb, std::function<void(Result<int64_t>)> accepted);
   void cancel(int64_t id);
+  // Embeddings of token sequences (engine/embedder.h), run on the engine thread between the
+  // scheduler's steps, in blocks of the same KV pool; the result goes to `done` there.
+  using Embeddings = Result<std::vector<std::vector<float>>>;
+  void embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done);
   // Ends every queued and running request with an error saying `why` (a drain's deadline).
   void abort_all(std::string why);
   // Blocks until nothing is waiting or running (tests).
@@ -55,6 +59,12 @@ class ServingLoop {
     std::function<void(Result<int64_t>)> accepted;
   };
   std::deque<Incoming> inbox_;
+  struct EmbedJob {
+    std::vector<std::vector<int32_t>> inputs;
+    std::function<void(Embeddings)> done;
+  };
+  std::deque<EmbedJob> embeds_;
+  int64_t max_batch_tokens_;
   std::vector<int64_t> cancels_;
   std::optional<std::string> abort_;
   bool stop_ = false, idle_ = true;

@@ -15,7 +15,11 @@ std::string TextStream::push(const std::string& piece) {
   // model emits, the text is valid JSON.
   pending_ += utf8_replace_invalid(utf8_.push(piece));
   size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+  for (const auto& s : stops_)
+    if (const size_t at = pending_.find(s); at < cut) {
+      cut = at;
+      matched_ = s;
+    }
   if (cut != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, cut);

@@ -21,6 +21,8 @@ class TextStream {
   // At the end: whatever was held back.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that ended it ("" before one did): Anthropic's answer names it.
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
@@ -28,6 +30,7 @@ class TextStream {
   Utf8Streamer utf8_;
   std::string pending_;  // decoded but not yet sent
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace tandem::server

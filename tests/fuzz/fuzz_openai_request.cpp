@@ -1,8 +1,9 @@
 // libFuzzer entry point for the server's request handling before the engine: any body must
 // parse (depth-bounded, as the server parses it) to a request or to an error naming the field,
 // never crash; the same body sent to /tokenize, /detokenize and /apply-template (on the tiny
-// model's vocabulary) must give valid JSON or an error; and token bytes of any kind must become
-// valid UTF-8 text.
+// model's vocabulary) must give valid JSON or an error; the same body as a Responses or an
+// Anthropic Messages request must translate or fail naming a path; and token bytes of any kind
+// must become valid UTF-8 text.
 //   build-fuzz/tests/fuzz_openai_request -max_total_time=60
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,9 @@
 #include <string>
 
 #include "server/openai_json.h"
+#include "server/anthropic_request.h"
 #include "server/openai_request.h"
+#include "server/responses_request.h"
 #include "server/text_stream.h"
 #include "server/token_endpoints.h"
 #include "../tiny_model.h"
@@ -41,6 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (j.ok()) {
     std::string bad;
     (void)tandem::server::parse_request(j.value(), (data[0] & 1) != 0, 42, &bad);
+    static tandem::server::ResponsesStore store(1 << 16);
+    (void)tandem::server::parse_responses_request(j.value(), store, "", 42, &bad);
+    (void)tandem::server::parse_anthropic_request(j.value(), 42, &bad);
     must_be_json(tandem::server::tokenize_answer(j.value(), tiny_tokenizer(), &bad));
     must_be_json(tandem::server::detokenize_answer(j.value(), tiny_tokenizer(), &bad));
     must_be_json(tandem::server::apply_template_answer(j.value(), &tiny_template(), &bad));

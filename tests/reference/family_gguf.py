@@ -7,6 +7,7 @@ quantizers (not tandem's):
                                            [--layers N] [--expert-type T]
     python3 tests/reference/family_gguf.py OUT.gguf qwen2 --shape qwen2.5-0.5b --type q8_0
     python3 tests/reference/family_gguf.py OUT.gguf qwen3moe --shape qwen3-30b-a3b --type q8_0 --layers 2
+    python3 tests/reference/family_gguf.py OUT.gguf qwen3 --pooling last    # Qwen3-Embedding-shaped
 
 FAMILY is one of llama, qwen2, qwen3, gemma3, phi3, granite (dense) or qwen3moe, olmoe, qwen2moe,
 mixtral, gpt-oss (mixture of experts; mixtral is written as general.architecture = llama with
@@ -17,6 +18,8 @@ family's), --layers N keeping only its first N layers. --type is f32, f16, q8_0 
 3-D weights; norms, biases, attention sinks and the MoE routers (ffn_gate_inp) stay f32, as
 llama.cpp's converter and llama-quantize leave them). --expert-type overrides the type of the 3-D
 expert tensors (ffn_{gate,up,down}_exps): gpt-oss's default is mxfp4, as its GGUFs hold them.
+--pooling (mean, cls or last) writes <arch>.pooling_type, as an embedding model's GGUF has it
+(Qwen3-Embedding: a qwen3 decoder with last-token pooling).
 
 What each family exercises (all as llama.cpp reads them):
   llama    adjacent-pair RoPE, SwiGLU, untied output.weight
@@ -366,11 +369,16 @@ def _encode(rng, shape, kind, scale, qtype):
     return out.reshape(tuple(shape[:-1]) + out.shape[1:])
 
 
-def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=None, layers=None, expert_type=None):
+POOLING = {"mean": gguf.PoolingType.MEAN, "cls": gguf.PoolingType.CLS, "last": gguf.PoolingType.LAST}
+
+
+def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=None, layers=None, expert_type=None,
+                      pooling=None):
     """Writes the model; returns its Shape. qtype: f32, f16, q8_0, q4_0 (or a GGMLQuantizationType).
     window replaces the shape's attention.sliding_window (a real shape's 512 reached by short checks);
     layers keeps the first N layers (a real MoE shape at full depth is tens of GB); expert_type
-    (f32, f16, q8_0, q4_0, mxfp4) is the 3-D expert tensors' type, by default qtype (gpt-oss: mxfp4)."""
+    (f32, f16, q8_0, q4_0, mxfp4) is the 3-D expert tensors' type, by default qtype (gpt-oss: mxfp4);
+    pooling (mean, cls, last) makes it an embedding model."""
     s = shape_of(family, shape)
     if window is not None:
         if not s.window:
@@ -398,6 +406,9 @@ def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=No
         name += f"-layers{s.n_layer}"
     if expert_type is not None:
         name += f"-experts{eqt.name.lower()}"
+    if pooling is not None:
+        name += f"-pooling{pooling}"
+        w.add_pooling_type(POOLING[pooling])
     w.add_name(name)
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if eqt == Q.MXFP4 else FILE_TYPES[qt]))
     w.add_context_length(s.ctx)
@@ -480,9 +491,10 @@ def main():
     ap.add_argument("--layers", type=int, help="keep the shape's first N layers")
     ap.add_argument("--expert-type", choices=list(EXPERT_TYPES),
                     help="type of the 3-D expert tensors (default: --type; gpt-oss: mxfp4)")
+    ap.add_argument("--pooling", choices=list(POOLING), help="an embedding model: its pooling_type")
     a = ap.parse_args()
     try:
-        s = write_family_gguf(a.out, a.family, a.shape, a.type, a.seed, a.window, a.layers, a.expert_type)
+        s = write_family_gguf(a.out, a.family, a.shape, a.type, a.seed, a.window, a.layers, a.expert_type, a.pooling)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

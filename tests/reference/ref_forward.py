@@ -292,6 +292,7 @@ class RefModel:
                 f = self.rmsnorm(f, W("post_ffw_norm"))
             x = x + f * self.residual_scale
         x = self.rmsnorm(x, self.w["output_norm.weight"].astype(np.float64))
+        self.last_hidden = x  # [T, n_embd]: what embedding() pools
         logits = np.empty((T, self.out_w.shape[0]))
         step = max(1, (1 << 24) // self.out_w.shape[1])  # rows of a 201088-token output at a time
         for r in range(0, self.out_w.shape[0], step):
@@ -352,6 +353,15 @@ class RefModel:
             shared = self.activate(g, u) @ W("ffn_down_shexp").T
             out = out + shared / (1.0 + np.exp(-(h @ W("ffn_gate_inp_shexp"))))[:, None]
         return out
+
+
+def embedding(model, tokens, pooling):
+    """An embedding model's vector for `tokens`: the final hidden states after the output norm,
+    pooled (llama.cpp's pooling_type: 1 mean, 2 cls = the first position, 3 last), L2-normalised."""
+    model.forward(np.array(tokens))
+    h = model.last_hidden
+    v = h.mean(axis=0) if pooling == 1 else h[0] if pooling == 2 else h[-1]
+    return v / np.linalg.norm(v)
 
 
 def main():

@@ -37,6 +37,7 @@ import time
 from hostile_harness import *  # noqa: F401,F403  (the server, the client helpers, check)
 from hostile_own_servers import *  # noqa: F401,F403  (checks that start servers of their own)
 from hostile_tenants import *  # noqa: F401,F403  (issue 45: parse bounds, tenants)
+from hostile_agent_apis import attack_agent_apis  # issue 49: /v1/responses, /v1/messages, /v1/embeddings
 
 
 def attack_utf8(srv):
@@ -638,7 +639,7 @@ def main():
         healthy(srv, "baseline")
         for attack in (attack_utf8, attack_nesting, attack_slow_and_idle, attack_pipelining, attack_limits, attack_body_budget, attack_stuck_reader,
                        attack_vanishing, attack_origin, attack_request_lists, attack_nested_fields, attack_framing,
-                       attack_unread_answers, quadratic_json_checks, header_and_field_checks):
+                       attack_unread_answers, quadratic_json_checks, header_and_field_checks, attack_agent_apis):
             t = time.time()
             attack(srv)
             print(f"     [{attack.__name__}: {time.time() - t:.1f} s]")
