@@ -161,11 +161,13 @@ void attend_split(const C& c, int64_t max_seg) {
   // Segment results: [n_q][max_seg][n_head] outputs and (max, sum) pairs.
   float* part_o = team_buffer((size_t)(c.n_q * max_seg * s.n_head * (hd + 2)));
   float* part_st = part_o + c.n_q * max_seg * s.n_head * hd;
-  parallel_for(c.n_q * items_per_row * max_seg, Split{1, 0}, [&](int64_t b, int64_t e, int) {
+  // A thread claims a segment's KV heads together: a block holds a position's heads side by
+  // side, so one core then reads each block's rows whole and in order.
+  parallel_for(c.n_q * items_per_row * max_seg, Split{items_per_row, 0}, [&](int64_t b, int64_t e, int) {
     const Scratch sc = thread_scratch(c.group, kAttentionSegmentKeys, 0, hd);
     for (int64_t w = b; w < e; w++) {
-      const int64_t i = w / (items_per_row * max_seg), sg = w % max_seg;
-      const int h0 = (int)(w / max_seg % items_per_row) * c.group;
+      const int64_t i = w / (items_per_row * max_seg), sg = w / items_per_row % max_seg;
+      const int h0 = (int)(w % items_per_row) * c.group;
       if (sg >= segments(c.keys(i))) continue;
       if (c.direct(i)) {  // with sinks every row is merged (the sink joins there)
         c.run(sc, i, h0, c.group, 0, kAttentionSegmentKeys, c.out + i * c.q_stride + (int64_t)h0 * hd, nullptr);
