@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tandem vs the llama.cpp peer, same files, same threads, alternating in one run.
 
-    python3 bench/compare.py [--threads 2] [--reps 3] [--rounds 2] [--depth 0] [--models all|real|...] [--write]
+    python3 bench/compare.py [--threads 2] [--reps 3] [--rounds 2] [--depth 0[,1024,4096,...]] [--models all|real|...] [--write]
 
 1. Builds the peer (llama-bench, llama-quantize) from the llama-cpp-python source package,
    which vendors llama.cpp, into bench/.peer/ unless --peer-bin points at a build.
@@ -11,6 +11,9 @@
 3. Runs `tandem bench --json` and `llama-bench -o json` alternately, --rounds times each, and
    prints a markdown table of pp/tg tok/s, ratios, and tandem's GB/s and % of measured
    bandwidth; --write appends it, with the machine and the commands, to bench/RESULTS.md.
+4. With several depths (--depth 0,1024,4096,16384) each model runs at every context its file
+   allows, and bench/plots/<model>.svg draws tok/s against context for both engines: the
+   curve, not one point, is what is compared.
 """
 import argparse
 import datetime
@@ -23,6 +26,7 @@ import subprocess
 import sys
 
 import results_md
+import svg_plot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -166,6 +170,35 @@ def run_peer(bin_dir, model, threads, reps, depth):
     return res
 
 
+def context_length(path):
+    """The model's training context (GGUF <arch>.context_length), or None when unreadable."""
+    try:
+        import gguf
+        r = gguf.GGUFReader(path)
+        arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+        f = r.fields[f"{arch}.context_length"]
+        return int(f.parts[f.data[0]][0])
+    except Exception:  # no gguf package, or a file without the key: run every depth
+        return None
+
+
+def plot_sweep(label, runs, out_dir):
+    """runs: {depth: (tandem means, peer means)}; writes out_dir/<slug>.svg, returns its path."""
+    series = []
+    for kind, dashed in (("pp", False), ("tg", True)):
+        for engine, k in (("tandem", 0), ("llama.cpp", 1)):
+            pts = [(d, r[k][kind]) for d, r in sorted(runs.items())]
+            series.append((f"{engine} {'pp512' if kind == 'pp' else 'tg128'}", engine, dashed, pts))
+    os.makedirs(out_dir, exist_ok=True)
+    slug = "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
+    while "--" in slug:
+        slug = slug.replace("--", "-")
+    path = os.path.join(out_dir, f"{slug}.svg")
+    with open(path, "w") as f:
+        f.write(svg_plot.line_chart(f"{label}: tok/s against context (2 threads)", series))
+    return path
+
+
 def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -177,7 +210,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--models", default="all", help="all, or a comma list of: real, gemma3, qwen2.5-0.5b-q4_0, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0, "
                     "qwen3-30b-a3b-q4_k_m (or moe: the mixtures of experts; not in all)")
-    ap.add_argument("--depth", type=int, default=0, help="context tokens prefilled (untimed) before each test, both tools' -d")
+    ap.add_argument("--depth", default="0", help="context tokens prefilled (untimed) before each test, both tools' -d; "
+                    "a comma list sweeps them (each model to its context) and plots the curves")
+    ap.add_argument("--plot-dir", default=os.path.join(BENCH, "plots"), help="where a sweep's SVG plots go")
     ap.add_argument("--peer-bin", help="folder holding a built llama-bench and llama-quantize")
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))
     ap.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
@@ -187,28 +222,38 @@ def main():
         which |= {"real"}
     bin_dir = a.peer_bin or build_peer()
     models = make_models(bin_dir, which)
-    rows = []
-    pp, tg = test_name("pp", 512, a.depth), test_name("tg", 128, a.depth)
+    depths = [int(d) for d in a.depth.split(",")]
+    rows, plots = [], []
     for label, path in models:
-        t_runs, p_runs = [], []
+        ctx = context_length(path)
+        runs = {d: ([], []) for d in depths if ctx is None or d + 512 <= ctx}
         for _ in range(a.rounds):  # alternate, so drift in the machine's speed hits both
-            t_runs.append(run_tandem(a.tandem, path, a.threads, a.reps, a.depth))
-            p_runs.append(run_peer(bin_dir, path, a.threads, a.reps, a.depth))
-        t = {k: mean([r[k] for r in t_runs]) for k in t_runs[0]}
-        p = {k: mean([r[k] for r in p_runs]) for k in p_runs[0]}
-        rows.append((label, os.path.getsize(path), t, p))
-        print(f"{label}: tandem {pp} {t['pp']:.1f} {tg} {t['tg']:.1f} | llama.cpp {pp} {p['pp']:.1f} {tg} {p['tg']:.1f}",
-              file=sys.stderr)
-    lines = [f"| model | size | tandem {pp} | llama.cpp {pp} | ratio | tandem {tg} | llama.cpp {tg} | ratio | tandem decode GB/s | % of read BW |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for label, size, t, p in rows:
-        lines.append(f"| {label} | {size / 2**20:.0f} MiB | {t['pp']:.1f} | {p['pp']:.1f} | {t['pp'] / p['pp']:.2f}x | "
+            for d, (t_runs, p_runs) in runs.items():
+                t_runs.append(run_tandem(a.tandem, path, a.threads, a.reps, d))
+                p_runs.append(run_peer(bin_dir, path, a.threads, a.reps, d))
+        means = {}
+        for d, (t_runs, p_runs) in runs.items():
+            t = {k: mean([r[k] for r in t_runs]) for k in t_runs[0]}
+            p = {k: mean([r[k] for r in p_runs]) for k in p_runs[0]}
+            means[d] = (t, p)
+            rows.append((label, os.path.getsize(path), d, t, p))
+            print(f"{label} @ d{d}: tandem pp512 {t['pp']:.1f} tg128 {t['tg']:.1f} | llama.cpp pp512 {p['pp']:.1f} "
+                  f"tg128 {p['tg']:.1f}", file=sys.stderr)
+        if len(means) > 1:
+            plots.append((label, plot_sweep(label, means, a.plot_dir)))
+    lines = ["| model | size | context | tandem pp512 | llama.cpp pp512 | ratio | tandem tg128 | llama.cpp tg128 | ratio | "
+             "tandem decode GB/s | % of read BW |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label, size, d, t, p in rows:
+        lines.append(f"| {label} | {size / 2**20:.0f} MiB | {d} | {t['pp']:.1f} | {p['pp']:.1f} | {t['pp'] / p['pp']:.2f}x | "
                      f"{t['tg']:.1f} | {p['tg']:.1f} | {t['tg'] / p['tg']:.2f}x | {t['tg_gbs']:.1f} | {t['tg_bw']:.0f}% |")
     table = "\n".join(lines)
+    if plots:
+        table += "\n\n" + "\n".join(f"![{label}]({os.path.relpath(path, BENCH)})" for label, path in plots)
     print(table)
     if a.write:
-        bw = mean([r[2]["bw"] for r in rows])
-        tg_probe = mean([r[2]["tg_probe"] for r in rows])
+        bw = mean([r[3]["bw"] for r in rows])
+        tg_probe = mean([r[3]["tg_probe"] for r in rows])
         cpu = ""
         try:
             cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -221,8 +266,8 @@ def main():
                    f"{bw:.1f} GB/s (best pass) at start, {tg_probe:.1f} GB/s between the decode repetitions "
                    f"(what % of read BW divides by). Each figure is the mean of {a.rounds} alternating rounds of "
                    f"{a.reps} repetitions.\n"
-                   f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} -d {a.depth} --json` and "
-                   f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -d {a.depth} -o json` "
+                   f"Commands: `tandem bench -m MODEL -t {a.threads} -r {a.reps} -d D --json` and "
+                   f"`llama-bench -m MODEL -t {a.threads} -r {a.reps} -p 512 -n 128 -d D -o json`, D each row's context "
                    f"(peer: llama.cpp vendored in llama-cpp-python, built by bench/compare.py).\n\n{table}\n\n")
         results_md.add_section(section)
     return 0
