@@ -45,45 +45,73 @@ std::vector<float> normalised(const std::vector<double>& sum) {
 
 }  // namespace
 
-Result<std::vector<std::vector<float>>> embed_sequences(Model& model, BlockPool& pool, std::span<const std::vector<int32_t>> inputs,
-                                                        int64_t max_batch_tokens) {
+EmbeddingJob::EmbeddingJob(Model& model, BlockPool& pool, std::vector<std::vector<int32_t>> inputs)
+    : model_(&model), pool_(&pool), inputs_(std::move(inputs)) {
+  sums_.assign(inputs_.size(), std::vector<double>((size_t)model.config().n_embd, 0.0));
+  done_.assign(inputs_.size(), 0);
+  tables_.reserve(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); i++) tables_.emplace_back(pool);
+}
+
+Result<EmbeddingJob> EmbeddingJob::start(Model& model, BlockPool& pool, std::vector<std::vector<int32_t>> inputs) {
   const ModelConfig& c = model.config();
   if (c.pooling == Pooling::None)
     return make_error("this model is not an embedding model: its GGUF has no {}.pooling_type (mean, cls or last)", c.arch);
   for (size_t i = 0; i < inputs.size(); i++)
     if (inputs[i].empty()) return make_error("input {} has no tokens", i);
-  const int n_embd = c.n_embd;
-  std::vector<std::vector<double>> sums(inputs.size(), std::vector<double>((size_t)n_embd, 0.0));
-  std::vector<int64_t> done(inputs.size(), 0);  // positions run, per input
-  std::vector<BlockTable> tables;
-  tables.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); i++) tables.emplace_back(pool);
-  size_t first = 0;  // the first input not yet run to its end
-  while (first < inputs.size()) {
-    ForwardBatch b(pool.block_tokens());
-    std::vector<Part> parts;
-    int64_t budget = std::max<int64_t>(1, max_batch_tokens);
-    for (size_t i = first; i < inputs.size() && budget > 0; i++) {
-      const int64_t from = done[i], to = std::min<int64_t>((int64_t)inputs[i].size(), from + budget);
-      if (!tables[i].grow_to(to, from))
-        return make_error("the KV pool has no room for this input's {} tokens now (running requests hold it); retry", inputs[i].size());
-      TANDEM_TRY(b.add_sequence(std::span(inputs[i]).subspan((size_t)from, (size_t)(to - from)), from, tables[i].tables(),
-                                ForwardBatch::Logits::None));
-      parts.push_back({i, from, to});
-      budget -= to - from;
+  return EmbeddingJob(model, pool, std::move(inputs));
+}
+
+Result<EmbeddingJob::Step> EmbeddingJob::step(int64_t max_batch_tokens) {
+  ForwardBatch b(pool_->block_tokens());
+  std::vector<Part> parts;
+  int64_t budget = std::max<int64_t>(1, max_batch_tokens);
+  for (size_t i = first_; i < inputs_.size() && budget > 0; i++) {
+    const int64_t from = done_[i], to = std::min<int64_t>((int64_t)inputs_[i].size(), from + budget);
+    if (!tables_[i].grow_to(to, from)) {
+      if (parts.empty()) return Step::NoRoom;
+      break;  // run what fits
     }
-    auto hidden = model.hidden_states(pool, b);
-    if (!hidden.ok()) return hidden.error();
-    pool_rows(hidden.value(), n_embd, c.pooling, parts, inputs, sums);
-    for (const Part& p : parts) {
-      done[p.input] = p.to;
-      if (p.to == (int64_t)inputs[p.input].size()) tables[p.input].release();
-    }
-    while (first < inputs.size() && done[first] == (int64_t)inputs[first].size()) first++;
+    TANDEM_TRY(b.add_sequence(std::span(inputs_[i]).subspan((size_t)from, (size_t)(to - from)), from, tables_[i].tables(),
+                              ForwardBatch::Logits::None));
+    parts.push_back({i, from, to});
+    budget -= to - from;
   }
+  auto hidden = model_->hidden_states(*pool_, b);
+  if (!hidden.ok()) return hidden.error();
+  const ModelConfig& c = model_->config();
+  pool_rows(hidden.value(), c.n_embd, c.pooling, parts, inputs_, sums_);
+  for (const Part& p : parts) {
+    done_[p.input] = p.to;
+    if (p.to == (int64_t)inputs_[p.input].size()) tables_[p.input].release();
+  }
+  while (first_ < inputs_.size() && done_[first_] == (int64_t)inputs_[first_].size()) first_++;
+  return Step::Ran;
+}
+
+std::vector<std::vector<float>> EmbeddingJob::vectors() const {
   std::vector<std::vector<float>> out;
-  for (const auto& sum : sums) out.push_back(normalised(sum));  // (a mean's 1/n cancels in the norm)
+  for (const auto& sum : sums_) out.push_back(normalised(sum));  // (a mean's 1/n cancels in the norm)
   return out;
+}
+
+void EmbeddingJob::release() {
+  for (BlockTable& t : tables_) t.release();
+}
+
+Result<std::vector<std::vector<float>>> embed_sequences(Model& model, BlockPool& pool, std::span<const std::vector<int32_t>> inputs,
+                                                        int64_t max_batch_tokens) {
+  auto job = EmbeddingJob::start(model, pool, std::vector<std::vector<int32_t>>(inputs.begin(), inputs.end()));
+  if (!job.ok()) return job.error();
+  while (!job->finished()) {
+    auto s = job->step(max_batch_tokens);
+    if (!s.ok() || s.value() == EmbeddingJob::Step::NoRoom) {
+      job->release();
+      if (!s.ok()) return s.error();
+      return make_error("the KV pool has no room for these inputs now (running requests hold it); retry");
+    }
+  }
+  return job->vectors();
 }
 
 }  // namespace tandem

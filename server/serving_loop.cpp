@@ -98,7 +98,7 @@ void ServingLoop::run() {
     std::deque<EmbedJob> embeds;
     {
       std::unique_lock<std::mutex> l(mu_);
-      if (!sched_.has_work() && inbox_.empty() && cancels_.empty() && embeds_.empty()) {
+      if (!sched_.has_work() && inbox_.empty() && cancels_.empty() && embeds_.empty() && running_embeds_.empty()) {
         idle_ = true;
         idle_cv_.notify_all();
         cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || abort_ || !embeds_.empty(); });
@@ -110,7 +110,14 @@ void ServingLoop::run() {
       abort.swap(abort_);
       embeds.swap(embeds_);
     }
-    for (EmbedJob& j : embeds) j.done(embed_sequences(model_, pool_, j.inputs, max_batch_tokens_));
+    for (EmbedJob& j : embeds) {
+      auto job = EmbeddingJob::start(model_, pool_, std::move(j.inputs));
+      if (job.ok())
+        running_embeds_.push_back({std::move(job.value()), std::move(j.done), Timer()});
+      else
+        j.done(job.error());
+    }
+    embed_step();
     for (Incoming& r : in) {
       auto id = sched_.add(std::move(r.p), std::move(r.cb));
       r.accepted(id);
@@ -142,6 +149,26 @@ void ServingLoop::run() {
   inbox_.clear();
   for (EmbedJob& j : embeds_) j.done(make_error("the server is shutting down"));
   embeds_.clear();
+  for (RunningEmbed& r : running_embeds_) r.done(make_error("the server is shutting down"));
+  running_embeds_.clear();
+}
+
+void ServingLoop::embed_step() {
+  if (running_embeds_.empty()) return;
+  RunningEmbed& r = running_embeds_.front();
+  auto s = r.job.step(max_batch_tokens_);
+  // Running requests will free blocks, but not forever: after 30 s without a pass, give up.
+  if (s.ok() && s.value() == EmbeddingJob::Step::NoRoom && sched_.has_work() && r.since_pass.seconds() < 30) return;
+  if (s.ok() && s.value() == EmbeddingJob::Step::Ran) r.since_pass.reset();
+  if (!s.ok())
+    r.done(s.error());
+  else if (s.value() == EmbeddingJob::Step::NoRoom)
+    r.done(make_error("the KV pool has no room for these inputs' blocks; retry with fewer or shorter inputs"));
+  else if (r.job.finished())
+    r.done(r.job.vectors());
+  else
+    return;
+  running_embeds_.pop_front();
 }
 
 }  // namespace tandem::server

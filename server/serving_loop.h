@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/timer.h"
+#include "engine/embedder.h"
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 
@@ -27,8 +29,9 @@ class ServingLoop {
   // before any event. Errors are the scheduler's (e.g. prompt past the context).
   void submit(RequestParams p, SeqCallback cb, std::function<void(Result<int64_t>)> accepted);
   void cancel(int64_t id);
-  // Embeddings of token sequences (engine/embedder.h), run on the engine thread between the
-  // scheduler's steps, in blocks of the same KV pool; the result goes to `done` there.
+  // Embeddings of token sequences (engine/embedder.h), run on the engine thread one pass per
+  // scheduler step (so decoding streams wait one pass at a time, not for the whole request),
+  // in blocks of the same KV pool; the result goes to `done` there.
   using Embeddings = Result<std::vector<std::vector<float>>>;
   void embed(std::vector<std::vector<int32_t>> inputs, std::function<void(Embeddings)> done);
   // Ends every queued and running request with an error saying `why` (a drain's deadline).
@@ -63,7 +66,14 @@ class ServingLoop {
     std::vector<std::vector<int32_t>> inputs;
     std::function<void(Embeddings)> done;
   };
-  std::deque<EmbedJob> embeds_;
+  std::deque<EmbedJob> embeds_;  // under mu_: queued
+  struct RunningEmbed {
+    EmbeddingJob job;
+    std::function<void(Embeddings)> done;
+    Timer since_pass;  // how long it has waited for blocks
+  };
+  std::deque<RunningEmbed> running_embeds_;  // the engine thread's: the front runs a pass a step
+  void embed_step();
   int64_t max_batch_tokens_;
   std::vector<int64_t> cancels_;
   std::optional<std::string> abort_;

@@ -32,6 +32,7 @@ struct TinyShape {
   // the current token's embedding, so the model is a bigram model (its next token depends on
   // the current token only).
   float branch_scale = 1.0f;
+  int pooling = -1;  // >= 0: <arch>.pooling_type (1 mean, 2 cls, 3 last: an embedding model)
   // The tokenizer's tokens (all normal ones); empty: the byte-ish vocabulary below. A model
   // with another model's tokens (and n_vocab their count) can draft for it.
   std::vector<std::string> tokens;
@@ -122,6 +123,7 @@ inline std::vector<uint8_t> tiny_model_bytes(const TinyShape& s, uint32_t seed =
     b.kv_f32(a + "logit_scale", 3.0f);
   }
   if (fam == "gemma3" && s.window > 0) b.kv_u32(a + "attention.sliding_window", (uint32_t)s.window);
+  if (s.pooling >= 0) b.kv_u32(a + "pooling_type", (uint32_t)s.pooling);
   if (s.n_expert > 0) {
     b.kv_u32(a + "expert_count", (uint32_t)s.n_expert);
     b.kv_u32(a + "expert_used_count", (uint32_t)s.n_expert_used);
