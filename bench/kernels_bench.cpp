@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/work_team.h"
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/kernel_table.h"
 #include "core/fp16.h"
@@ -219,6 +220,38 @@ void BM_AttentionDecode(benchmark::State& st, Isa isa, DType kv_type, int n_laye
   st.SetBytesProcessed(st.iterations() * n_layers * (int64_t)(2 * bytes));
 }
 
+// A prefill chunk's attention: 512 query rows at positions [ctx - 512, ctx) over one layer's
+// cache of ctx keys (SmolLM2-135M's shape: 9 query heads, 3 KV heads of 64; or Llama-3.2-1B's).
+// Items: attention's FLOPs (4 x heads x head_dim per key), so the rate is GFLOP/s against the
+// f32 FMA roof. On a team of the given threads, in real time.
+void BM_AttentionPrefill(benchmark::State& st, Isa isa, DType kv_type, AttentionShape s) {
+  const int64_t ctx = st.range(0), n_q = 512, n = ctx * s.n_kv_head * s.head_dim;
+  WorkTeam team((int)st.range(1));  // the second argument: threads
+  TeamScope scope(&team);
+  std::vector<float> q(n_q * s.n_head * s.head_dim), out(q.size()), rows(n);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  for (auto* v : {&q, &rows})
+    for (auto& e : *v) e = nd(rng);
+  const size_t bytes = kv_type == DType::F16 ? (size_t)n * 2 : (size_t)n / kQK * sizeof(BlockQ8_0);
+  std::vector<uint8_t> k(bytes), v(bytes);
+  if (kv_type == DType::F16) {
+    f32_to_f16_scalar(rows.data(), reinterpret_cast<uint16_t*>(k.data()), n);
+  } else {
+    quantize_q8_0_scalar(rows.data(), k.data(), n);
+  }
+  v = k;
+  const CpuKernels kernels = kernels_for(isa);
+  for (auto _ : st) {
+    attention(q.data(), k.data(), v.data(), kv_type, n_q, ctx - n_q, s, out.data(), kernels);
+    benchmark::DoNotOptimize(out.data());
+  }
+  double keys = 0;
+  for (int64_t i = 0; i < n_q; i++) keys += (double)(ctx - n_q + i + 1);
+  st.counters["GFLOP/s"] = benchmark::Counter(4.0 * s.n_head * s.head_dim * keys * (double)st.iterations() / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
 // Storing one token's K (or V) row of that layer (8 x 64 floats) into a Q8_0 cache.
 void BM_QuantizeKvRow(benchmark::State& st, Isa isa) {
   std::vector<float> x(8 * 64);
@@ -273,6 +306,13 @@ int register_all() {
       benchmark::RegisterBenchmark((name + "/gemma3_hd256").c_str(), BM_AttentionDecode, isa, kv, 1, gemma3)
           ->Arg(512)->Arg(4096);
       benchmark::RegisterBenchmark((name + "/phi3_hd96").c_str(), BM_AttentionDecode, isa, kv, 1, phi3)->Arg(512)->Arg(4096);
+    }
+    for (DType kv : {DType::F16, DType::Q8_0}) {
+      const std::string name = "attention_prefill/" + std::string(dtype_name(kv)) + at;
+      benchmark::RegisterBenchmark((name + "/smollm2").c_str(), BM_AttentionPrefill, isa, kv, AttentionShape{9, 3, 64})
+          ->Args({4608, 1})->Args({4608, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark((name + "/llama1b").c_str(), BM_AttentionPrefill, isa, kv, AttentionShape{32, 8, 64})
+          ->Args({4608, 1})->Args({4608, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
     }
     benchmark::RegisterBenchmark(("quantize_kv_row/Q8_0" + at).c_str(), BM_QuantizeKvRow, isa);
   }
