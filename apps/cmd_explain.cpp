@@ -296,8 +296,8 @@ void print_network(const Model& model, const GenerationStats& st, const Explaine
 // time, so a reader sees when the link, not the phases, would be the limit.
 void print_handoff(const GenerationStats& st, const Explained& e) {
   const HandoffCost c = handoff_cost(e.shape.kv_bytes_per_position, st.n_prompt, 16);
-  fmt::print("\nHand-off (serve --disaggregate): the prompt's K,V is {} blocks of 16 positions = {}; moving it takes\n",
-             c.blocks, format_bytes(c.bytes));
+  fmt::print("\nHand-off (serve --disaggregate): the prompt's K,V is {} block{} of 16 positions = {}; moving it takes\n",
+             c.blocks, c.blocks == 1 ? "" : "s", format_bytes(c.bytes));
   for (double gbps : {1.25, 12.5, 50.0}) {
     const double s = c.seconds_at(gbps);
     fmt::print("  {:>5.2f} GB/s: {:8.3f} ms ({:.0f}% of the prefill's {:.2f} ms){}\n", gbps, s * 1e3,
