@@ -13,6 +13,7 @@
 #include "apps/generation_options.h"
 #include "apps/phase_report.h"
 #include "core/units.h"
+#include "engine/disaggregation.h"
 #include "model/tensor_parallel.h"
 #include "tokenizer/utf8.h"
 
@@ -208,6 +209,12 @@ Result<Explained> explain_phases(const ExplainArgs& a, Model& model, const Expla
   return e;
 }
 
+nlohmann::ordered_json handoff_json(const GenerationStats& st, const Explained& e) {
+  const HandoffCost c = handoff_cost(e.shape.kv_bytes_per_position, st.n_prompt, 16);
+  return {{"blocks", c.blocks}, {"bytes", c.bytes}, {"seconds_at_1_25_GBps", c.seconds_at(1.25)},
+          {"seconds_at_12_5_GBps", c.seconds_at(12.5)}, {"seconds_at_50_GBps", c.seconds_at(50)}, {"prefill_s", st.prefill_s}};
+}
+
 void print_explain_json(const Model& model, const ExplainRun& run, const Explained& e) {
   const GenerationStats& st = run.st;
   nlohmann::ordered_json j = {{"model", model.config().name},
@@ -222,6 +229,7 @@ void print_explain_json(const Model& model, const ExplainRun& run, const Explain
                               {"machine", machine_json(e.peaks)},
                               {"speculative", verify_json(e.verify, st)},
                               {"experts", experts_json(e.experts)},
+                              {"handoff", handoff_json(st, e)},
                               {"text", run.text}};
   if (e.ranks)
     j["tensor_parallel"] = {{"ranks", e.n_ranks},
@@ -283,6 +291,21 @@ void print_network(const Model& model, const GenerationStats& st, const Explaine
   }
 }
 
+// Disaggregated serving moves the prompt's K,V from a prefill rank to a decode rank: its bytes
+// and their time over three links (an Ethernet, a fast NIC, NVLink-class) beside the prefill
+// time, so a reader sees when the link, not the phases, would be the limit.
+void print_handoff(const GenerationStats& st, const Explained& e) {
+  const HandoffCost c = handoff_cost(e.shape.kv_bytes_per_position, st.n_prompt, 16);
+  fmt::print("\nHand-off (serve --disaggregate): the prompt's K,V is {} block{} of 16 positions = {}; moving it takes\n",
+             c.blocks, c.blocks == 1 ? "" : "s", format_bytes(c.bytes));
+  for (double gbps : {1.25, 12.5, 50.0}) {
+    const double s = c.seconds_at(gbps);
+    fmt::print("  {:>5.2f} GB/s: {:8.3f} ms ({:.0f}% of the prefill's {:.2f} ms){}\n", gbps, s * 1e3,
+               st.prefill_s > 0 ? 100 * s / st.prefill_s : 0.0, st.prefill_s * 1e3,
+               s > st.prefill_s ? ": the link, not the prefill, is the limit" : "");
+  }
+}
+
 int run_explain(const ExplainArgs& a) {
   if (a.gen.no_kv_cache) return fail("explain compares the two phases of cached inference; run without --no-kv-cache");
   auto lm = load_model(a.gen);
@@ -301,6 +324,7 @@ int run_explain(const ExplainArgs& a) {
   print_why(run->st, e.value());
   if (!e->verify.empty()) fmt::print("{}", verify_text(e->verify, run->st, e->peaks.ridge(e->int8), e->shape));
   if (e->ranks) print_network(model, run->st, e.value());
+  print_handoff(run->st, e.value());
   fmt::print("{}", experts_text(e->experts, e->shape));
   return 0;
 }

@@ -15,6 +15,8 @@
 #include "apps/commands.h"
 #include "apps/common.h"
 #include "apps/generation_options.h"
+#include "apps/serve_disaggregated.h"
+#include "backend/mpi/mpi_peer_link.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/make_backend.h"
 #include "core/units.h"
@@ -85,6 +87,8 @@ struct ServeArgs {
   std::string prefix_cache_scope = "key";
   std::string tool_format = "auto";
   std::string responses_store = "64MiB";
+  std::string disaggregate;  // P:D (engine/disaggregation.h)
+  double rank_timeout = 5;
 };
 
 // The HTTP side's options: the address, who may call, and the connection limits.
@@ -150,6 +154,12 @@ void add_engine_options(CLI::App* sub, ServeArgs& a) {
   sub->add_flag("--allow-special-in-messages", a.allow_special_in_messages,
                 "special-token text inside chat messages becomes control tokens (default: text, so a user cannot forge a role)");
   sub->add_option("--name", a.name, "model id reported by /v1/models (default: the file's name)");
+  sub->add_option("--disaggregate", a.disaggregate,
+                  "P:D under mpirun -np P+D: prefill and decode on separate ranks (rank 0 serves HTTP, routes and decodes; "
+                  "ranks 1..P prefill and stream each prompt's KV blocks to it)");
+  sub->add_option("--rank-timeout", a.rank_timeout,
+                  "with --disaggregate: seconds a rank may stay silent before it counts as dead (its requests fail)")
+      ->check(CLI::Range(0.5, 3600.0));
 }
 
 void add_serve_options(CLI::App* sub, ServeArgs& a) {
@@ -186,7 +196,9 @@ struct KvPool {
 Result<KvPool> kv_pool(const ServeArgs& a, Model& model) {
   auto mem = parse_bytes(a.kv_memory);
   if (!mem.ok()) return mem.error();
-  BlockPoolShape ps = model.kv_pool_shape(0, kv_dtype_of(a.kv_dtype), a.block_tokens, !a.swa_full);
+  // Disaggregated ranks move one block table per sequence: the full store (as --swa-full).
+  const bool window_only = !a.swa_full && a.disaggregate.empty();
+  BlockPoolShape ps = model.kv_pool_shape(0, kv_dtype_of(a.kv_dtype), a.block_tokens, window_only);
   if (a.kv_tokens > 0) {  // as many bytes as a full store of that many tokens
     BlockPoolShape full = ps;
     full.keep_full_window = true;
@@ -319,8 +331,20 @@ void drain_on_signal(const ServeArgs& a, server::HttpServer& http, const sigset_
   http.stop();
 }
 
-int run_serve(const ServeArgs& a) {
+// --disaggregate: the job's split, checked before loading; every rank loads the whole model.
+Result<std::optional<DisaggregationOptions>> disaggregation(ServeArgs& a) {
+  if (a.disaggregate.empty()) return std::optional<DisaggregationOptions>();
+  auto o = disaggregation_options({a.disaggregate, a.rank_timeout, a.load.tensor_parallel, !a.speculative.draft_model.empty()});
+  if (!o.ok()) return o.error();
+  a.load.split_over_ranks = false;
+  return std::optional(o.value());
+}
+
+int run_serve(const ServeArgs& args) {
   const sigset_t stop_signals = block_stop_signals();
+  ServeArgs a = args;
+  auto disagg = disaggregation(a);
+  if (!disagg.ok()) return fail(disagg.error().message);
   auto keys = api_keys(a.api_key, a.api_key_file);
   if (!keys.ok()) return fail(keys.error().message);
   auto operators = operator_keys(a);
@@ -328,6 +352,8 @@ int run_serve(const ServeArgs& a) {
   auto lm = load_model(a.load);
   if (!lm.ok()) return fail(lm.error().message);
   Model& model = *lm->model;
+  if (disagg.value())
+    if (Status st = check_disaggregated_backend(model); !st.ok()) return fail(st.error().message);
   auto kv = kv_pool(a, model);
   if (!kv.ok()) return fail(kv.error().message);
   auto draft = load_draft(a, model, *kv->pool);
@@ -338,7 +364,12 @@ int run_serve(const ServeArgs& a) {
 
   server::Metrics metrics;
   const SchedulerOptions so = scheduler_options(a, lm.value(), draft.value());
-  server::ServingLoop loop(model, *kv->pool, so, metrics);
+  // Every rank has loaded its model and pool: the link's communicator is made by all at once.
+  std::unique_ptr<PeerLink> link = disagg.value() ? mpi_peer_link() : nullptr;
+  if (link && link->rank() != 0) return run_prefill_rank(model, *kv->pool, *link, so, *disagg.value());
+  server::Disaggregated routed;
+  if (link) routed = {link.get(), *disagg.value()};
+  server::ServingLoop loop(model, *kv->pool, so, metrics, routed);
   const server::ServerOptions opts = server_options(a, keys.value(), operators.value());
   server::HttpServer http(model, *lm->tokenizer, tmpl.ok() ? &tmpl.value() : nullptr, loop, metrics, opts);
   Status st = http.bind();
@@ -346,6 +377,12 @@ int run_serve(const ServeArgs& a) {
   print_serve_banner(a, model, kv.value(), draft->pool.get(), opts, http.port());
   http.start();
   drain_on_signal(a, http, stop_signals);
+  if (auto rs = loop.router_stats(); rs && std::any_of(rs->ranks.begin(), rs->ranks.end(), [](const auto& r) { return !r.up; })) {
+    // MPI_Finalize at exit would wait for the dead rank; the live ones leave on their timeout.
+    fmt::print(stderr, "tandem serve: a prefill rank died: leaving without MPI_Finalize\n");
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
   return 0;
 }
 

@@ -7,7 +7,8 @@ the same client against llama.cpp's llama-server with parallel slots. Not a test
         [--peer-server PATH/llama-server | build] [--tokens 64] [--rounds 3] [--write]
         [--device cuda --streams 16,64 --kv-memory 8GiB]   (scripts/gpu_check.sh's serving stage)
 A request the server answers with an error, or with no tokens, stops the run (exit 1): a failed
-backend never reads as a throughput.
+backend never reads as a throughput. `--interference` runs bench/serve_interference.py instead
+(prefill arriving while streams decode: colocated, disaggregated and llama-server).
 """
 import argparse
 import concurrent.futures
@@ -27,13 +28,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def stream(port, path, body):
     """Sends one streaming request; returns (tokens, seconds to first token, total seconds)."""
+    return stream_timed(port, path, body)[:3]
+
+
+def stream_timed(port, path, body):
+    """stream(), and the gaps between its streamed pieces (inter-token latencies, seconds)."""
     t0 = time.time()
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f"{path} answered {r.status}: {r.read()[:300]!r}")
-    ttft, chunks, usage, buf = None, 0, None, b""
+    ttft, chunks, usage, buf, gaps, last = None, 0, None, b"", [], None
     while True:
         data = r.read1(65536)
         if not data:
@@ -52,10 +58,14 @@ def stream(port, path, body):
                 piece = ch.get("text") or (ch.get("delta") or {}).get("content") or ""
                 if piece:
                     chunks += 1
+                    now = time.time()
                     if ttft is None:
-                        ttft = time.time() - t0
+                        ttft = now - t0
+                    else:
+                        gaps.append(now - last)
+                    last = now
     c.close()
-    return (usage if usage is not None else chunks), ttft or 0.0, time.time() - t0
+    return (usage if usage is not None else chunks), ttft or 0.0, time.time() - t0, gaps
 
 
 def wait_port(port, proc, timeout=120):
@@ -99,6 +109,9 @@ def prefix_ttft(port):
 
 
 def main():
+    if "--interference" in sys.argv:
+        import serve_interference
+        return serve_interference.main([x for x in sys.argv[1:] if x != "--interference"])
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "tandem"))

@@ -28,7 +28,7 @@ Scheduler::Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o)
 
 Scheduler::~Scheduler() = default;  // each sequence's BlockTables give their blocks back
 
-Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
+Result<std::unique_ptr<Scheduler::Seq>> Scheduler::prepare(RequestParams p, SeqCallback cb) {
   const int64_t ctx = model_.config().n_ctx_train;
   if (p.prompt.empty()) return make_error("the prompt is empty");
   if ((int64_t)p.prompt.size() >= ctx)
@@ -54,7 +54,14 @@ Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
   s->tokens = s->params.prompt;
   s->kv = BlockTable(pool_, pool_.scope_root(s->params.cache_scope));
   s->n_prompt = (int)s->tokens.size();
-  waiting_.push_back(std::move(s));
+  return s;
+}
+
+Result<int64_t> Scheduler::add(RequestParams p, SeqCallback cb) {
+  auto s = prepare(std::move(p), std::move(cb));
+  if (!s.ok()) return s.error();
+  const int64_t id = s.value()->id;
+  waiting_.push_back(std::move(s.value()));
   return id;
 }
 
@@ -207,7 +214,8 @@ Result<std::span<const float>> Scheduler::run(const std::vector<Planned>& plan, 
   // work (a serving step's many rows make it compute-bound); the tokens are the same.
   batch.argmax_logits = !logit_rows.empty() && std::all_of(logit_rows.begin(), logit_rows.end(), [](const Planned& p) {
     const Seq& s = *p.seq;
-    return s.sampler.plain_greedy() && !s.matcher && !s.params.want_logprobs && s.params.top_logprobs == 0;
+    return s.sampler.plain_greedy() && !s.matcher && !s.params.want_logprobs && s.params.top_logprobs == 0 &&
+           !s.params.prefill_only;
   });
   return model_.forward(pool_, batch);
 }
@@ -221,6 +229,7 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
       p.seq->kv.publish_full(p.seq->tokens, p.seq->n_computed);
       p.seq->kv.drop_out_of_window(p.seq->n_computed);
     }
+    if (opts_.on_computed) opts_.on_computed(p.seq->id, p.seq->kv, p.seq->n_computed);
   }
   // Sample for every sequence whose last token ran (verify its draft), and report.
   const size_t V = (size_t)model_.config().n_vocab;
@@ -230,6 +239,10 @@ void Scheduler::postprocess(const std::vector<Planned>& plan, const std::vector<
     Seq& s = *lr.seq;
     const std::span<const float> rows = logits.subspan(row * V, (size_t)lr.n * V);
     row += (size_t)lr.n;
+    if (s.params.prefill_only) {
+      finish_prefill(s, rows);
+      continue;
+    }
     if (s.n_generated >= s.params.max_tokens) {  // max_tokens == 0, or resumed at the limit
       s.spec.clear_draft();
       done.push_back(&s);

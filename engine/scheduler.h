@@ -60,6 +60,10 @@ struct RequestParams {
   // Who asked (the server: one per API key; "" for all when it has none). The scheduler shares
   // admission, prefill and preemption fairly between tenants (scheduler_fairness.cpp).
   std::string tenant;
+  // Disaggregated serving's prefill rank (engine/prefill_role.h): the sequence computes its
+  // prompt's K,V and ends there, sampling nothing: its finish event (FinishReason::Stop)
+  // carries the prompt's last logits row, which the decode rank samples the first token from.
+  bool prefill_only = false;
 };
 
 // What the scheduler reports for a request: one event per generated token, then a last one
@@ -77,6 +81,7 @@ struct SeqEvent {
   int n_prompt = 0, n_cached = 0, n_generated = 0;  // on the finish event
   int n_preemptions = 0;  // on the finish event: times its computed K,V were freed for others
   bool over_budget = false;  // with Error: the request's grammar passed its cost budget (a client error)
+  std::vector<float> last_logits;  // with RequestParams::prefill_only: the prompt's last row [n_vocab]
 };
 // Return false to cancel the request (e.g. its client went away).
 using SeqCallback = std::function<bool(const SeqEvent&)>;
@@ -97,6 +102,9 @@ struct SchedulerOptions {
   // The draft model for SpeculativeMode::Draft (its vocabulary checked by the caller with
   // check_draft_vocabulary); none: requests asking for that mode are refused by add().
   DraftModel draft_model;
+  // After each pass, for every sequence in it: its blocks now hold K,V of its first
+  // n_computed positions (a prefill rank streams the blocks this finished to the decode rank).
+  std::function<void(int64_t id, const BlockTable& kv, int64_t n_computed)> on_computed;
 };
 
 // The speculative decoding counts (drafted, accepted, the draft model's passes) are the
@@ -114,6 +122,7 @@ struct SchedulerStats : SpeculationStats {
 
 class Scheduler {
  public:
+  struct Seq;  // engine/scheduler_seq.h
   Scheduler(Model& model, BlockPool& pool, const SchedulerOptions& o = {});
   ~Scheduler();
 
@@ -132,13 +141,21 @@ class Scheduler {
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }
+
+  // Disaggregated serving's decode end (engine/decode_router.h): a request whose prompt K,V
+  // another rank computes. prepare() checks it and gives it its id, as add() would, without
+  // queueing it (its blocks, Seq::kv, are the caller's to reserve and fill); admit_prefilled()
+  // then runs it with n_prompt positions computed, its first token sampled from the prompt's
+  // last logits row (grammar, logprobs and stop tokens as for any token); drop_prepared()
+  // ends one that never got there with its finish event.
+  Result<std::unique_ptr<Seq>> prepare(RequestParams params, SeqCallback cb);
+  void admit_prefilled(std::unique_ptr<Seq> s, std::span<const float> last_row, int n_cached);
+  void drop_prepared(Seq& s, FinishReason r, const std::string& error = "");
+  BlockPool& pool_for_handoff() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   // The vocabulary's token masker (null: constrained requests are refused); immutable, so any
   // thread may check a grammar with it before submitting (TokenMasker::check_start).
   std::shared_ptr<const grammar::TokenMasker> masker() const { return opts_.masker; }
-
- public:
-  struct Seq;  // engine/scheduler_seq.h
 
  private:
   struct Planned {  // a sequence and how many of its tokens this step computes (or logit rows)
@@ -170,6 +187,8 @@ class Scheduler {
   // A step of only the prefills of tenants that have nothing decoding, when they fit: true if planned.
   bool plan_first_tokens(std::vector<Planned>& plan, int64_t budget);
   void release_blocks(Seq& s);  // its blocks and its draft model's
+  // A prefill_only sequence's prompt is done: its finish event carries the last row.
+  void finish_prefill(Seq& s, std::span<const float> row);
 
   // Emission (scheduler_emission.cpp).
   // Reports one generated token; false when the sequence ended with it (finished, or `done`).

@@ -185,6 +185,23 @@ bool HttpServer::privileged(const HttpRequest& r) {
   return access_.keyed() && access_.match_key(r).known;
 }
 
+// Disaggregated serving: every role and whether it answers. Degraded (200) while a prefill rank
+// is up; 503 when none is (no prompt can be computed).
+HttpResponse HttpServer::role_health(const RouterStats& routed) {
+  ojson roles = ojson::array({ojson{{"role", "router+decode"}, {"rank", 0}, {"up", true}}});
+  ojson down = ojson::array();
+  bool any_up = false;
+  for (const PrefillRankState& p : routed.ranks) {
+    ojson role{{"role", "prefill"}, {"rank", p.rank}, {"up", p.up}};
+    if (!p.up) role["error"] = p.why_down, down.push_back(role);
+    any_up = any_up || p.up;
+    roles.push_back(role);
+  }
+  const char* status = !any_up ? "unhealthy" : down.empty() ? "ok" : "degraded";
+  return HttpResponse{any_up ? 200 : 503, "application/json",
+                      dump_json(ojson{{"status", status}, {"roles", roles}, {"roles_down", down}}), {}, false};
+}
+
 std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
   switch (route(r)) {
     case Route::Health:  // 503 while draining: a load balancer stops sending here
@@ -193,6 +210,7 @@ std::optional<HttpResponse> HttpServer::answer_inline(const HttpRequest& r) {
         return HttpResponse{503, "application/json", dump_json(ojson{{"status", "unhealthy"}, {"error", *failed}}), {}, false};
       if (const Collectives* ranks = ctx_.model.collectives(); ranks && ranks->failed())
         return HttpResponse{503, "application/json", R"({"status":"a tensor-parallel rank failed"})", {}, false};
+      if (auto routed = ctx_.loop.router_stats()) return role_health(*routed);
       return HttpResponse{200, "application/json", R"({"status":"ok"})", {}, false};
     case Route::Metrics: {  // a tenant sees its own requests; the server-wide view is an operator's
       // A server with one API key (or none) has one tenant: its view is the whole server's (the

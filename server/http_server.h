@@ -78,6 +78,7 @@ class HttpServer : public HttpHandler {
   bool draining() const { return draining_.load(); }
 
   std::optional<HttpResponse> check_header(const HttpRequest& r) override;
+  HttpResponse role_health(const RouterStats& routed);
   std::optional<HttpResponse> answer_inline(const HttpRequest& r) override;
   bool privileged(const HttpRequest& header_only) override;
   void handle(HttpRequest r, std::shared_ptr<ResponseWriter> w) override;

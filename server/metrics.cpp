@@ -134,6 +134,7 @@ std::string Metrics::render() const {
   counter(o, "tandem_draft_model_passes_total", "Forward passes of the draft model (speculative mode draft).", (double)g_.draft_passes);
   counter(o, "tandem_engine_steps_total", "Forward passes of the serving loop.", (double)g_.steps);
   gauge(o, "tandem_generation_tokens_per_second", "Generated tokens per second, recent.", g_.tokens_per_s);
+  render_disaggregation(o);
   return o;
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/decode_router.h"
+
 namespace tandem::server {
 
 class Histogram {
@@ -48,6 +50,10 @@ class Metrics {
   void observe_ttft(double s, const std::string& tenant = "");
   void observe_tpot(double s, const std::string& tenant = "");
   void set_gauges(const Gauges& g);
+  // Disaggregated serving (engine/decode_router.h): one request's TTFT in parts and its KV
+  // transfer; the prefill ranks' state and this decode rank's seconds in passes.
+  void observe_handoff(const HandoffTiming& t);
+  void set_router(const RouterStats& s, double decode_busy_s);
   // The whole server: every counter and the engine's gauges (KV blocks, queue, steps).
   std::string render() const;
   // One tenant's own requests: its counters and histograms, nothing engine-wide.
@@ -63,11 +69,19 @@ class Metrics {
   };
   Counters* tenant_locked(const std::string& tenant);  // null for "" (the server's own view)
   std::string render_counters(const Counters& c) const;
+  void render_disaggregation(std::string& o) const;  // metrics_disaggregation.cpp
 
   mutable std::mutex mu_;
   Counters all_;
   std::map<std::string, Counters> tenants_;  // at most one per configured key
   Gauges g_;
+  struct Handoffs {  // disaggregated serving only
+    Handoffs();
+    bool on = false;
+    Histogram queue, prefill, transfer, stream;
+    RouterStats router;
+    double decode_busy_s = 0;
+  } handoffs_;
 };
 
 }  // namespace tandem::server

@@ -7,8 +7,12 @@
 
 namespace tandem::server {
 
-ServingLoop::ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics)
+ServingLoop::ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics, const Disaggregated& d)
     : sched_(model, pool, o), model_(model), pool_(pool), metrics_(metrics), max_batch_tokens_(o.max_batch_tokens) {
+  if (d.link) {
+    router_ = std::make_unique<DecodeRouter>(sched_, *d.link, d.opts);
+    router_->on_handoff = [this](const HandoffTiming& t) { metrics_.observe_handoff(t); };
+  }
   publish_gauges(0);  // the pool's size shows in /metrics before the first request
   thread_ = std::thread([this] { run(); });
 }
@@ -56,6 +60,11 @@ void ServingLoop::abort_all(std::string why) {
   cv_.notify_all();
 }
 
+std::optional<RouterStats> ServingLoop::router_stats() const {
+  if (!router_) return std::nullopt;
+  return router_->stats();
+}
+
 std::optional<std::string> ServingLoop::backend_failure() const {
   std::lock_guard<std::mutex> l(mu_);
   return backend_failure_;
@@ -85,6 +94,20 @@ void ServingLoop::publish_gauges(double tokens_per_s) {
   g.draft_passes = st.draft_passes;
   g.tokens_per_s = tokens_per_s;
   metrics_.set_gauges(g);
+  if (router_) metrics_.set_router(router_->stats(), st.pass_s);
+}
+
+// Sleeps until a request, cancel, embedding or abort comes in. With a router it wakes to poll
+// the prefill ranks: every 500 us while prompts are out (nothing to decode meanwhile), else
+// every 50 ms (heartbeats, silent ranks).
+void ServingLoop::wait_for_work(std::unique_lock<std::mutex>& l) {
+  if (sched_.has_work() || !inbox_.empty() || !cancels_.empty() || !embeds_.empty() || !running_embeds_.empty()) return;
+  auto woken = [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || abort_ || !embeds_.empty(); };
+  if (router_ && router_->has_work()) return (void)cv_.wait_for(l, std::chrono::microseconds(500), woken);
+  idle_ = true;
+  idle_cv_.notify_all();
+  if (!router_) return cv_.wait(l, woken);
+  cv_.wait_for(l, std::chrono::milliseconds(50), woken);
 }
 
 void ServingLoop::run() {
@@ -98,11 +121,7 @@ void ServingLoop::run() {
     std::deque<EmbedJob> embeds;
     {
       std::unique_lock<std::mutex> l(mu_);
-      if (!sched_.has_work() && inbox_.empty() && cancels_.empty() && embeds_.empty() && running_embeds_.empty()) {
-        idle_ = true;
-        idle_cv_.notify_all();
-        cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || abort_ || !embeds_.empty(); });
-      }
+      wait_for_work(l);
       if (stop_) break;
       idle_ = false;
       in.swap(inbox_);
@@ -119,10 +138,12 @@ void ServingLoop::run() {
     }
     embed_step();
     for (Incoming& r : in) {
-      auto id = sched_.add(std::move(r.p), std::move(r.cb));
+      auto id = router_ ? router_->submit(std::move(r.p), std::move(r.cb)) : sched_.add(std::move(r.p), std::move(r.cb));
       r.accepted(id);
     }
-    for (int64_t id : cancels) sched_.cancel(id);
+    for (int64_t id : cancels)
+      if (!router_ || !router_->cancel(id)) sched_.cancel(id);
+    if (router_) router_->poll();  // K,V landed, hand-offs admitted, silent prefill ranks
     if (abort) sched_.abort_all(*abort);
     const int64_t before = sched_.stats().generated_tokens;
     // A failed pass finishes its sequences with an error event; one the backend keeps (a
@@ -144,6 +165,7 @@ void ServingLoop::run() {
     }
     publish_gauges(sched_.has_work() ? rate : 0);
   }
+  if (router_) router_->stop();
   // Shutting down: everything still queued or running ends as cancelled.
   for (Incoming& r : inbox_) r.accepted(make_error("the server is shutting down"));
   inbox_.clear();

@@ -14,15 +14,23 @@
 #include <vector>
 
 #include "core/timer.h"
+#include "engine/decode_router.h"
 #include "engine/embedder.h"
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 
 namespace tandem::server {
 
+// Disaggregated serving's rank 0 (engine/decode_router.h): with a link, prompts go to the
+// prefill ranks and the serving loop's scheduler only decodes.
+struct Disaggregated {
+  PeerLink* link = nullptr;
+  DisaggregationOptions opts;
+};
+
 class ServingLoop {
  public:
-  ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics);
+  ServingLoop(Model& model, BlockPool& pool, const SchedulerOptions& o, Metrics& metrics, const Disaggregated& d = {});
   ~ServingLoop();  // stops the thread; pending requests finish as cancelled
 
   // Queues a request; the result (id or error) is delivered to `accepted` on the engine thread
@@ -44,12 +52,16 @@ class ServingLoop {
   // The model's backend error once a pass has failed with one (a GPU fault is sticky: every
   // later pass would fail too), else nullopt. /health and new requests answer 503 with it.
   std::optional<std::string> backend_failure() const;
+  // Disaggregated serving: the prefill ranks as the router sees them (nullopt: colocated).
+  std::optional<RouterStats> router_stats() const;
 
  private:
   void run();
   void publish_gauges(double tokens_per_s);  // the engine thread's (or the constructor's) view
+  void wait_for_work(std::unique_lock<std::mutex>& l);
 
   Scheduler sched_;
+  std::unique_ptr<DecodeRouter> router_;  // disaggregated serving only
   Model& model_;
   BlockPool& pool_;
   Metrics& metrics_;

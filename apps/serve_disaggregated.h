@@ -1,0 +1,34 @@
+// `tandem serve --disaggregate P:D` (engine/disaggregation.h): the checks before any rank loads
+// the model, and the loop of a prefill rank (ranks 1..P; rank 0 serves HTTP, routes and
+// decodes through the serving loop).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/peer_link.h"
+#include "core/error.h"
+#include "engine/disaggregation.h"
+#include "engine/scheduler.h"
+
+namespace tandem::apps {
+
+struct DisaggregateArgs {
+  std::string spec;          // --disaggregate P:D ("" = colocated)
+  double rank_timeout = 5;   // --rank-timeout
+  int tensor_parallel = 0;   // --tensor-parallel (refused beside it)
+  bool draft_model = false;  // --draft-model given (refused beside it)
+};
+
+// The options for this job, or an error a user can act on (wrong rank count, tensor
+// parallelism or a draft model beside it, not under mpirun).
+Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a);
+
+// The CPU backend's KV lives in host memory MPI can send from; an error for another backend.
+Status check_disaggregated_backend(const Model& model);
+
+// Ranks 1..P: serve the router until it stops; the process's exit code.
+int run_prefill_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so,
+                     const DisaggregationOptions& o);
+
+}  // namespace tandem::apps

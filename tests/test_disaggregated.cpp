@@ -1,0 +1,333 @@
+// Disaggregated serving (engine/disaggregation.h) under mpirun: rank 0 runs the serving loop as
+// router and decode rank, the others are prefill ranks that stream each prompt's KV blocks to
+// it. A request's greedy tokens and log-probabilities must equal the colocated serving loop's
+// on the same model (the decode rank reads the bytes the prefill rank wrote, and samples the
+// first token from the row it sent): with and without prefix-cache hits, with q8_0 KV, with a
+// grammar and with lookup speculation. Cancelling mid-prefill and mid-transfer leaves no block
+// held on either rank; a killed prefill rank (2:1, --enable-recovery) fails its own requests
+// within seconds and the next ones succeed on the other. Rank 0 runs the tests; the others
+// serve each test's job until the router stops them. Outside mpirun every test skips.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/mpi/mpi_collectives.h"
+#include "backend/mpi/mpi_peer_link.h"
+#include "engine/grammar/gbnf_parser.h"
+#include "engine/grammar/token_mask.h"
+#include "engine/prefill_role.h"
+#include "kv/block_pool.h"
+#include "model/model.h"
+#include "server/serving_loop.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::test {
+namespace {
+
+std::shared_ptr<Collectives> g_world;
+std::unique_ptr<PeerLink> g_link;
+bool g_killed_rank_ran = false;
+
+// What rank 0 asks the prefill ranks to serve next.
+struct Job {
+  enum : int32_t { Serve = 1, Exit = 3 };
+  int32_t op = Exit;
+  int32_t kv_dtype = (int32_t)DType::F16;
+  int32_t batch_tokens = 512;
+  int32_t kill_rank = -1, kill_after_ms = 0;  // that rank SIGKILLs itself that long into the job
+  int32_t exit_after = 0;                     // the prefill ranks leave after this job
+  double rank_timeout_s = 5;
+};
+
+struct Served {  // one model and pool, as every rank of a job holds them
+  std::unique_ptr<Model> model;
+  std::unique_ptr<BlockPool> pool;
+};
+
+Served load(const Job& j, int64_t blocks = 256) {
+  CpuBackendOptions bo;
+  bo.threads = 1;
+  ModelOptions o;
+  o.backend = std::make_shared<CpuBackend>(bo);
+  auto m = Model::load(default_model_path(), o);
+  if (!m.ok()) return {};
+  auto p = m.value()->new_kv_pool(blocks, (DType)j.kv_dtype, 16);
+  if (!p.ok()) return {};
+  return {std::move(m.value()), std::move(p.value())};
+}
+
+DisaggregationOptions disagg_options(const Job& j) {
+  DisaggregationOptions o;
+  o.n_prefill = g_link->size() - 1;
+  o.peer_timeout_s = j.rank_timeout_s;
+  o.heartbeat_s = 0.2;
+  return o;
+}
+
+// Ranks 1..N-1: serve each job's prompts until the router stops them.
+int serve_jobs() {
+  for (;;) {
+    Job j;
+    g_world->broadcast(&j, sizeof j, 0, /*without_limit=*/true);
+    if (g_world->failed() || j.op == Job::Exit) return 0;
+    if (j.kill_rank == g_link->rank())
+      std::thread([ms = j.kill_after_ms] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        std::raise(SIGKILL);
+      }).detach();
+    Served s = load(j);
+    if (!s.model) return 1;
+    SchedulerOptions so;
+    so.max_batch_tokens = j.batch_tokens;
+    PrefillRole role(*s.model, *s.pool, *g_link, so, disagg_options(j));
+    const Status st = role.run();
+    if (!st.ok()) std::fprintf(stderr, "rank %d: %s\n", g_link->rank(), st.error().message.c_str());
+    if (j.exit_after) std::_Exit(st.ok() ? 0 : 1);
+  }
+}
+
+// What a request produced: its tokens, their log-probabilities and alternatives, how it ended.
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  int n_cached = 0;
+};
+
+Outcome run_one(server::ServingLoop& loop, RequestParams p) {
+  auto out = std::make_shared<Outcome>();
+  auto done = std::make_shared<std::promise<void>>();
+  loop.submit(
+      std::move(p),
+      [out, done](const SeqEvent& e) {
+        if (e.finish == FinishReason::None) {
+          out->tokens.push_back(e.token), out->logprobs.push_back(e.logprob), out->top.push_back(e.top_logprobs);
+          return true;
+        }
+        out->finish = e.finish, out->error = e.error, out->n_cached = e.n_cached;
+        done->set_value();
+        return true;
+      },
+      [out, done](Result<int64_t> id) {
+        if (!id.ok()) out->finish = FinishReason::Error, out->error = id.error().message, done->set_value();
+      });
+  done->get_future().wait();
+  return *out;
+}
+
+std::vector<int32_t> tokenize(const Model& m, const std::string& text) {
+  auto tok = Tokenizer::from_gguf(m.gguf());
+  return tok.ok() ? tok.value()->encode(text, true, false) : std::vector<int32_t>{};
+}
+
+RequestParams greedy(std::vector<int32_t> prompt, int max_tokens = 16) {
+  RequestParams p;
+  p.prompt = std::move(prompt);
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0;
+  p.want_logprobs = true;
+  p.top_logprobs = 3;
+  return p;
+}
+
+const char* kStory =
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who told the children stories "
+    "about the stars, the tides and the ships that sailed beyond the horizon. Every evening";
+
+class Disaggregated : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!g_world || !g_link) GTEST_SKIP() << "not under mpirun with 2+ ranks (or tandem built without MPI)";
+    if (!std::ifstream(default_model_path()).good()) GTEST_SKIP() << "no " << default_model_path();
+  }
+  // The same requests colocated (one serving loop) and disaggregated (this job's ranks).
+  void expect_same(const Job& j, const std::vector<RequestParams>& requests, SchedulerOptions so = {}) {
+    Job job = j;
+    job.op = Job::Serve;
+    so.max_batch_tokens = job.batch_tokens;
+    std::vector<Outcome> colocated, split;
+    {
+      Served s = load(job);
+      ASSERT_TRUE(s.model);
+      server::Metrics metrics;
+      server::ServingLoop loop(*s.model, *s.pool, so, metrics);
+      for (const RequestParams& p : requests) colocated.push_back(run_one(loop, p));
+    }
+    g_world->broadcast(&job, sizeof job, 0);
+    Served s = load(job);
+    ASSERT_TRUE(s.model);
+    server::Metrics metrics;
+    server::ServingLoop loop(*s.model, *s.pool, so, metrics, {g_link.get(), disagg_options(job)});
+    for (const RequestParams& p : requests) split.push_back(run_one(loop, p));
+    for (size_t i = 0; i < requests.size(); i++) {
+      SCOPED_TRACE(testing::Message() << "request " << i);
+      EXPECT_EQ(split[i].error, "");
+      EXPECT_EQ(split[i].finish, colocated[i].finish);
+      EXPECT_FALSE(split[i].tokens.empty());
+      EXPECT_EQ(split[i].tokens, colocated[i].tokens);
+      EXPECT_EQ(split[i].logprobs, colocated[i].logprobs);
+      EXPECT_EQ(split[i].top, colocated[i].top);
+    }
+    cached_ = split;
+    const std::string m = metrics.render();
+    EXPECT_NE(m.find("tandem_kv_handoffs_total{role=\"decode\",rank=\"0\"} " + std::to_string(requests.size())), std::string::npos) << m;
+  }
+  std::vector<Outcome> cached_;  // the disaggregated outcomes of the last expect_same
+};
+
+TEST_F(Disaggregated, GreedyTextAndLogprobsEqualColocatedWithAndWithoutPrefixHits) {
+  Served probe = load(Job{});
+  const std::vector<int32_t> story = tokenize(*probe.model, kStory);
+  std::vector<int32_t> longer = story;
+  for (int32_t t : tokenize(*probe.model, " the children came to listen")) longer.push_back(t);
+  expect_same(Job{}, {greedy(story), greedy(story), greedy(longer)});
+  EXPECT_EQ(cached_[0].n_cached, 0);
+  EXPECT_GE(cached_[1].n_cached, 32);  // the prefill rank's prefix cache: full blocks of the story
+  EXPECT_GE(cached_[2].n_cached, 32);
+}
+
+TEST_F(Disaggregated, Q8KvBytesEqualColocated) {
+  Job j;
+  j.kv_dtype = (int32_t)DType::Q8_0;
+  Served probe = load(j);
+  expect_same(j, {greedy(tokenize(*probe.model, kStory), 20)});
+}
+
+// Chunked prefill on the prefill rank (32-token chunks: each chunk's blocks go out while the
+// next is computed) with a grammar that the decode rank's sampler applies from the first token.
+TEST_F(Disaggregated, GrammarConstrainedOutputEqualsColocated) {
+  Job j;
+  j.batch_tokens = 32;
+  Served probe = load(j);
+  auto tok = Tokenizer::from_gguf(probe.model->gguf());
+  ASSERT_TRUE(tok.ok());
+  SchedulerOptions so;
+  so.masker = grammar::TokenMasker::for_tokenizer(*tok.value(), tok.value()->vocab().end_of_generation);
+  auto g = grammar::parse_gbnf(R"(root ::= "The answer is " [0-9]+ ("." | " because " [a-z ]+ "."))");
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  RequestParams p = greedy(tokenize(*probe.model, kStory), 24);
+  p.grammar = g.value();
+  expect_same(j, {p}, so);
+}
+
+TEST_F(Disaggregated, LookupSpeculationEqualsColocated) {
+  Served probe = load(Job{});
+  // A prompt that repeats itself, so lookup drafts find n-grams to propose.
+  const std::string text = std::string(kStory) + " " + kStory + " " + kStory;
+  RequestParams p = greedy(tokenize(*probe.model, text), 24);
+  SpeculativeParams sp;
+  sp.mode = SpeculativeMode::Lookup;
+  p.speculative = sp;
+  expect_same(Job{}, {p});
+}
+
+// Blocks held anywhere once the router is idle: the decode pool's, and each prefill rank's
+// (from a heartbeat that came after the router went idle).
+void expect_no_blocks_held(server::ServingLoop& loop, const BlockPool& pool) {
+  loop.wait_idle();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // heartbeats every 0.2 s
+  EXPECT_EQ(pool.used_blocks(), 0);
+  auto rs = loop.router_stats();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ(rs->in_flight, 0);
+  for (const PrefillRankState& r : rs->ranks) EXPECT_EQ(r.used_blocks, 0) << "prefill rank " << r.rank;
+}
+
+TEST_F(Disaggregated, CancelMidPrefillAndMidTransferLeavesNoBlocks) {
+  Job j;
+  j.op = Job::Serve;
+  j.batch_tokens = 16;  // one block per chunk: the prompt's 20-odd chunks take a while
+  g_world->broadcast(&j, sizeof j, 0);
+  Served s = load(j);
+  ASSERT_TRUE(s.model);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 6; i++)
+    for (int32_t t : tokenize(*s.model, std::string(kStory) + std::to_string(i))) prompt.push_back(t);
+  SchedulerOptions so;
+  so.max_batch_tokens = j.batch_tokens;
+  server::Metrics metrics;
+  server::ServingLoop loop(*s.model, *s.pool, so, metrics, {g_link.get(), disagg_options(j)});
+  for (bool mid_transfer : {false, true}) {
+    SCOPED_TRACE(mid_transfer ? "mid-transfer" : "mid-prefill");
+    const int64_t received_before = loop.router_stats()->blocks_received;
+    auto finished = std::make_shared<std::promise<FinishReason>>();
+    std::promise<int64_t> accepted;
+    RequestParams p = greedy(prompt);
+    p.cache_scope = mid_transfer ? "b" : "a";  // no prefix hit from the first round
+    loop.submit(p, [finished](const SeqEvent& e) { return e.finish != FinishReason::None ? finished->set_value(e.finish), true : true; },
+                [&](Result<int64_t> id) { accepted.set_value(id.ok() ? id.value() : -1); });
+    const int64_t id = accepted.get_future().get();
+    ASSERT_GT(id, 0);
+    if (mid_transfer)  // some of its blocks have landed, more are coming
+      for (int i = 0; i < 5000 && loop.router_stats()->blocks_received == received_before; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(mid_transfer, loop.router_stats()->blocks_received > received_before);
+    loop.cancel(id);
+    EXPECT_EQ(finished->get_future().get(), FinishReason::Cancelled);
+    expect_no_blocks_held(loop, *s.pool);
+  }
+  // The ranks still serve: a request after the cancelled ones completes.
+  EXPECT_EQ(run_one(loop, greedy(tokenize(*s.model, "The capital of France is"), 4)).error, "");
+}
+
+// 2:1 (mpirun -np 3 --enable-recovery; ctest disaggregated_killed_prefill_rank): prefill rank
+// 2 dies before it answers; of two requests sent at once, the one routed to it fails within
+// the rank timeout (and a little), naming the rank; the next ones succeed on rank 1.
+TEST_F(Disaggregated, DISABLED_KilledPrefillRankFailsOnlyItsRequests) {
+  ASSERT_EQ(g_link->size(), 3) << "run with mpirun -np 3";
+  g_killed_rank_ran = true;
+  Job j;
+  j.op = Job::Serve;
+  j.kill_rank = 2, j.kill_after_ms = 300, j.exit_after = 1, j.rank_timeout_s = 2;
+  g_world->broadcast(&j, sizeof j, 0);
+  Served s = load(j);
+  ASSERT_TRUE(s.model);
+  server::Metrics metrics;
+  server::ServingLoop loop(*s.model, *s.pool, SchedulerOptions{}, metrics, {g_link.get(), disagg_options(j)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // rank 2 is dead, not yet noticed
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a = std::async(std::launch::async, [&] { return run_one(loop, greedy(tokenize(*s.model, kStory), 8)); });
+  auto b = std::async(std::launch::async, [&] { return run_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8)); });
+  const Outcome oa = a.get(), ob = b.get();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int failed = (oa.finish == FinishReason::Error) + (ob.finish == FinishReason::Error);
+  EXPECT_EQ(failed, 1) << oa.error << " | " << ob.error;
+  const std::string why = oa.finish == FinishReason::Error ? oa.error : ob.error;
+  EXPECT_NE(why.find("prefill rank 2"), std::string::npos) << why;
+  EXPECT_LT(waited, 8.0);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(run_one(loop, greedy(tokenize(*s.model, kStory), 4)).error, "") << i;
+  auto rs = loop.router_stats();
+  ASSERT_TRUE(rs);
+  EXPECT_TRUE(rs->ranks[0].up);
+  EXPECT_FALSE(rs->ranks[1].up);
+  std::printf("[ disagg ] killed prefill rank: its request failed after %.1f s: %s\n", waited, why.c_str());
+}
+
+}  // namespace
+}  // namespace tandem::test
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  tandem::test::g_world = tandem::mpi_world();
+  tandem::test::g_link = tandem::mpi_peer_link();
+  auto& w = tandem::test::g_world;
+  if (w && w->rank() != 0) return tandem::test::serve_jobs();
+  const int rc = RUN_ALL_TESTS();
+  if (tandem::test::g_killed_rank_ran) {  // a peer is dead: no goodbye, no MPI_Finalize
+    std::fflush(stdout);
+    std::_Exit(rc);
+  }
+  if (w && !w->failed()) {
+    tandem::test::Job bye;
+    w->broadcast(&bye, sizeof bye, 0);
+  }
+  return rc;
+}
