@@ -128,6 +128,7 @@ struct Call {
   const AttentionShape& s;
   float scale;
   AttendHeadsFn heads;
+  AttendHeadsFn wide_heads;  // many heads against one segment (null: heads)
   float* out;
   int group, hd;
   int64_t q_stride;
@@ -257,7 +258,8 @@ void attend_block(const C& c, int64_t i0, int64_t i1, int kvh) {
       for (int m = 0; m < n_m; m++)
         std::memcpy(b.q + (size_t)m * g * hd, c.q + members[m] * c.q_stride + (int64_t)h0 * hd, sizeof(float) * g * hd);
       c.gather(members[0], segment(c.keys(members[0]), sg), kvh, b.row.k_rows, b.row.v_rows);
-      c.heads(hd, n_m * g, b.q, b.row.k_rows, b.row.v_rows, full, c.scale, b.scores, full, b.o, b.st);
+      const AttendHeadsFn many = c.wide_heads && n_m * g >= 8 ? c.wide_heads : c.heads;
+      many(hd, n_m * g, b.q, b.row.k_rows, b.row.v_rows, full, c.scale, b.scores, full, b.o, b.st);
       for (int m = 0; m < n_m; m++) {
         const int64_t r = members[m] - i0;
         std::memcpy(b.seg_o + sg * o_stride + r * g * hd, b.o + (size_t)m * g * hd, sizeof(float) * g * hd);
@@ -302,7 +304,8 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, SameKeys same_
             const AttentionShape& s, float* out, const CpuKernels& kernels) {
   const float scale = s.scale != 0.0f ? s.scale : 1.0f / std::sqrt((float)s.head_dim);
   const AttendHeadsFn heads = kernels.attend_heads(kv_type, s.head_dim);
-  const Call<PosOf, Rows, SameKeys> c{q,     n_q, pos_of, rows, same_keys, s, scale, heads, out, s.n_head / s.n_kv_head,
+  const AttendHeadsFn wide = kernels.attend_wide_heads(kv_type, s.head_dim);
+  const Call<PosOf, Rows, SameKeys> c{q,    n_q,  pos_of, rows, same_keys, s, scale, heads, wide, out, s.n_head / s.n_kv_head,
                                       s.head_dim, (int64_t)s.n_head * s.head_dim};
   int64_t max_keys = 0;
   for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, c.keys(i));

@@ -74,6 +74,7 @@ void fill_avx512(CpuKernels& k) {
   fill_packed_quant_avx512(k);
   fill_packed_float_avx512(k);
   fill_attention_avx512(k);
+  fill_attention_wide_avx512(k);
   fill_ops_avx512(k);
 }
 

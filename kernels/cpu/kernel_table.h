@@ -85,6 +85,9 @@ struct CpuKernels {
   ByType<AxpyFn> axpy;
   ByType<PackedFloatGemmFn> packed_float;
   AttendHeadsByShape attend_heads;
+  // The same results for many heads at once (a block of prefill rows against one segment),
+  // by outer products (attention_wide_avx512.cpp); empty where the level has none.
+  AttendHeadsByShape attend_wide_heads;
 
   // Products with 8-bit activations: what the level has (the fills write here) ...
   struct Act8 {
@@ -120,6 +123,7 @@ void fill_dot_avx512(CpuKernels& k);
 void fill_packed_quant_avx512(CpuKernels& k);
 void fill_packed_float_avx512(CpuKernels& k);
 void fill_attention_avx512(CpuKernels& k);
+void fill_attention_wide_avx512(CpuKernels& k);
 void fill_ops_avx512(CpuKernels& k);
 
 }  // namespace tandem::cpu
