@@ -30,15 +30,20 @@ float* own_scratch(int which, size_t n) {
   return v.data();
 }
 
-// Key segment sg of a row with n_keys keys: [first, first + count).
+// Segments sit at absolute positions [256 k, 256 (k + 1)): a row whose keys are [lo, lo + n)
+// has the part of each such range it holds. Rows whose windows start at different keys then
+// still hold the same whole segments, which a block of them reads once; and where the
+// segments fall depends only on the row's keys, so a row gives the same floats alone, in a
+// prefill batch, or decoded. Segment sg of the row, relative to lo: [first, first + count).
 struct Segment {
   int64_t first, count;
 };
-Segment segment(int64_t n_keys, int64_t sg) {
-  const int64_t first = sg * kAttentionSegmentKeys;
-  return {first, std::min(kAttentionSegmentKeys, n_keys - first)};
+constexpr int64_t kSeg = kAttentionSegmentKeys;
+Segment segment(int64_t lo, int64_t n_keys, int64_t sg) {
+  const int64_t start = sg == 0 ? lo : (lo / kSeg + sg) * kSeg, end = std::min(lo + n_keys, (lo / kSeg + sg + 1) * kSeg);
+  return {start - lo, end - start};
 }
-int64_t segments(int64_t n_keys) { return (n_keys + kAttentionSegmentKeys - 1) / kAttentionSegmentKeys; }
+int64_t segments(int64_t lo, int64_t n_keys) { return (lo + n_keys - 1) / kSeg - lo / kSeg + 1; }
 
 // One head's output from its segments' outputs o[sg * o_stride] (each softmax-normalized
 // within its segment) and statistics st[sg * st_stride] = (max, sum of exps): each segment
@@ -137,7 +142,9 @@ struct Call {
   int64_t keys(int64_t i) const { return pos_of(i) - lo(i) + 1; }
   float sink(int h) const { return s.sinks ? s.sinks[h] : -INFINITY; }
   // A row whose one segment's output is its result (no merge).
-  bool direct(int64_t i) const { return segments(keys(i)) == 1 && !s.sinks; }
+  int64_t n_seg(int64_t i) const { return segments(lo(i), keys(i)); }
+  Segment seg(int64_t i, int64_t sg) const { return segment(lo(i), keys(i), sg); }
+  bool direct(int64_t i) const { return n_seg(i) == 1 && !s.sinks; }
   // Points k_rows / v_rows at segment g of row i's keys, as KV head kvh.
   void gather(int64_t i, Segment g, int kvh, const uint8_t** k_rows, const uint8_t** v_rows) const {
     const int64_t first = lo(i) + g.first;
@@ -146,7 +153,7 @@ struct Call {
   // Heads [h0, h0 + n) of row i over its segment sg into o / st (st: nullptr when the row has
   // one segment and o is its output).
   void run(const Scratch& sc, int64_t i, int h0, int n, int64_t sg, int64_t seg_keys, float* o, float* st) const {
-    const Segment g = segment(keys(i), sg);
+    const Segment g = seg(i, sg);
     gather(i, g, h0 / group, sc.k_rows, sc.v_rows);
     heads(hd, n, q + i * q_stride + (int64_t)h0 * hd, sc.k_rows, sc.v_rows, g.count, scale, sc.scores, seg_keys, o, st);
   }
@@ -169,7 +176,7 @@ void attend_split(const C& c, int64_t max_seg) {
     for (int64_t w = b; w < e; w++) {
       const int64_t i = w / (items_per_row * max_seg), sg = w / items_per_row % max_seg;
       const int h0 = (int)(w % items_per_row) * c.group;
-      if (sg >= segments(c.keys(i))) continue;
+      if (sg >= c.n_seg(i)) continue;
       if (c.direct(i)) {  // with sinks every row is merged (the sink joins there)
         c.run(sc, i, h0, c.group, 0, kAttentionSegmentKeys, c.out + i * c.q_stride + (int64_t)h0 * hd, nullptr);
       } else {
@@ -184,7 +191,7 @@ void attend_split(const C& c, int64_t max_seg) {
       const int h = (int)(w % s.n_head);
       if (c.direct(i)) continue;
       const int64_t at = i * max_seg * s.n_head + h;
-      merge_segments(segments(c.keys(i)), part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
+      merge_segments(c.n_seg(i), part_o + at * hd, s.n_head * hd, part_st + at * 2, s.n_head * 2, hd,
                      c.out + i * c.q_stride + (int64_t)h * hd, c.sink(h));
     }
   });
@@ -227,43 +234,49 @@ BlockScratch block_scratch(int heads, int group, int hd, int64_t n_seg) {
   return b;
 }
 
-// Rows [i0, i1) of one sequence, KV head kvh. A key segment that several rows hold whole, at
-// the same keys, runs once for all their query heads (one kernel call, each head's floats
-// from its own chains as always), so its K and V come from memory once for the block, not once
-// per row; other segments (the diagonal one, a window's) run row by row. Each row's segments
-// then merge exactly as when the row attends alone.
+// Rows [i0, i1) of one sequence, KV head kvh. A segment that several rows hold whole (the same
+// absolute keys, whatever each row's first key) runs once for all their query heads (one
+// kernel call, each head's floats from its own chains as always), so its K and V come from
+// memory once for the block, not once per row; the rest (the diagonal segment, a window's
+// partial first one) runs row by row. Each row's segments then merge exactly as when the row
+// attends alone.
 template <typename C>
 void attend_block(const C& c, int64_t i0, int64_t i1, int kvh) {
   const int g = c.group, hd = c.hd, h0 = kvh * g;
   const int64_t nr = i1 - i0, full = kAttentionSegmentKeys;
-  int64_t n_seg = 0;
-  for (int64_t i = i0; i < i1; i++) n_seg = std::max(n_seg, segments(c.keys(i)));
+  int64_t n_seg = 0, a_first = INT64_MAX, a_last = -1;  // absolute segment ids the rows hold
+  for (int64_t i = i0; i < i1; i++) {
+    n_seg = std::max(n_seg, c.n_seg(i));
+    a_first = std::min(a_first, c.lo(i) / kSeg), a_last = std::max(a_last, c.lo(i) / kSeg + c.n_seg(i) - 1);
+  }
   BlockScratch b = block_scratch((int)nr * g, g, hd, n_seg);
-  const int64_t o_stride = nr * g * hd, st_stride = nr * g * 2;  // between segments
+  const int64_t o_stride = nr * g * hd, st_stride = nr * g * 2;  // between a row's segments
+  auto seg_o = [&](int64_t i, int64_t sg) { return b.seg_o + sg * o_stride + (i - i0) * g * hd; };
+  auto seg_st = [&](int64_t i, int64_t sg) { return b.seg_st + sg * st_stride + (i - i0) * g * 2; };
   int64_t members[16];
-  for (int64_t sg = 0; sg < n_seg; sg++) {
+  for (int64_t a = a_first; a <= a_last; a++) {
     int n_m = 0;
     for (int64_t i = i0; i < i1; i++) {
-      if (c.direct(i) || sg >= segments(c.keys(i))) continue;
-      if (segment(c.keys(i), sg).count == full && (n_m == 0 || c.lo(i) == c.lo(members[0]))) {
+      const int64_t sg = a - c.lo(i) / kSeg;
+      if (c.direct(i) || sg < 0 || sg >= c.n_seg(i)) continue;
+      if (c.seg(i, sg).count == full)
         members[n_m++] = i;
-      } else {
-        c.run(b.row, i, h0, g, sg, full, b.seg_o + sg * o_stride + (i - i0) * g * hd, b.seg_st + sg * st_stride + (i - i0) * g * 2);
-      }
+      else
+        c.run(b.row, i, h0, g, sg, full, seg_o(i, sg), seg_st(i, sg));
     }
     if (n_m == 1) {
-      const int64_t r = members[0] - i0;
-      c.run(b.row, members[0], h0, g, sg, full, b.seg_o + sg * o_stride + r * g * hd, b.seg_st + sg * st_stride + r * g * 2);
+      const int64_t i = members[0], sg = a - c.lo(i) / kSeg;
+      c.run(b.row, i, h0, g, sg, full, seg_o(i, sg), seg_st(i, sg));
     } else if (n_m > 1) {
       for (int m = 0; m < n_m; m++)
         std::memcpy(b.q + (size_t)m * g * hd, c.q + members[m] * c.q_stride + (int64_t)h0 * hd, sizeof(float) * g * hd);
-      c.gather(members[0], segment(c.keys(members[0]), sg), kvh, b.row.k_rows, b.row.v_rows);
+      c.gather(members[0], c.seg(members[0], a - c.lo(members[0]) / kSeg), kvh, b.row.k_rows, b.row.v_rows);
       const AttendHeadsFn many = c.wide_heads && n_m * g >= 8 ? c.wide_heads : c.heads;
       many(hd, n_m * g, b.q, b.row.k_rows, b.row.v_rows, full, c.scale, b.scores, full, b.o, b.st);
       for (int m = 0; m < n_m; m++) {
-        const int64_t r = members[m] - i0;
-        std::memcpy(b.seg_o + sg * o_stride + r * g * hd, b.o + (size_t)m * g * hd, sizeof(float) * g * hd);
-        std::memcpy(b.seg_st + sg * st_stride + r * g * 2, b.st + (size_t)m * g * 2, sizeof(float) * g * 2);
+        const int64_t i = members[m], sg = a - c.lo(i) / kSeg;
+        std::memcpy(seg_o(i, sg), b.o + (size_t)m * g * hd, sizeof(float) * g * hd);
+        std::memcpy(seg_st(i, sg), b.st + (size_t)m * g * 2, sizeof(float) * g * 2);
       }
     }
   }
@@ -275,8 +288,8 @@ void attend_block(const C& c, int64_t i0, int64_t i1, int kvh) {
     }
     const int64_t r = i - i0;
     for (int h = 0; h < g; h++)
-      merge_segments(segments(c.keys(i)), b.seg_o + (r * g + h) * hd, o_stride, b.seg_st + (r * g + h) * 2, st_stride,
-                     hd, o + h * hd, c.sink(h0 + h));
+      merge_segments(c.n_seg(i), b.seg_o + (r * g + h) * hd, o_stride, b.seg_st + (r * g + h) * 2, st_stride, hd,
+                     o + h * hd, c.sink(h0 + h));
   }
 }
 
@@ -307,8 +320,8 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, SameKeys same_
   const AttendHeadsFn wide = kernels.attend_wide_heads(kv_type, s.head_dim);
   const Call<PosOf, Rows, SameKeys> c{q,    n_q,  pos_of, rows, same_keys, s, scale, heads, wide, out, s.n_head / s.n_kv_head,
                                       s.head_dim, (int64_t)s.n_head * s.head_dim};
-  int64_t max_keys = 0;
-  for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, c.keys(i));
+  int64_t max_keys = 0, max_seg = 0;
+  for (int64_t i = 0; i < n_q; i++) max_keys = std::max(max_keys, c.keys(i)), max_seg = std::max(max_seg, c.n_seg(i));
   if (!heads) {
     attend_by_head(q, n_q, [&](int64_t i) { return c.keys(i); }, [&](int64_t i) { return c.lo(i); }, rows, kv_type, s,
                    scale, max_keys, out, kernels);
@@ -317,8 +330,8 @@ void attend(const float* q, int64_t n_q, PosOf pos_of, Rows rows, SameKeys same_
   // With few rows (decode) there are too few (row, KV head) items for even shares: short rows
   // go as single heads, long ones as (heads, key segment) items.
   if (n_q * s.n_kv_head < 16) {
-    if (segments(max_keys) > 1)
-      attend_split(c, segments(max_keys));
+    if (max_seg > 1)
+      attend_split(c, max_seg);
     else if (!s.sinks)
       attend_single_heads(c, std::min(max_keys, kAttentionSegmentKeys));
     else

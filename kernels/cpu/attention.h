@@ -35,9 +35,11 @@ inline int64_t first_key(const AttentionShape& s, int64_t pos) {
 //
 // With the SIMD kernels, a row with more than kAttentionSegmentKeys keys attends to each
 // segment of that many keys on its own and the segments' results are merged by their softmax
-// statistics (flash-decoding): decode's few heads then split over threads by segment. Where
-// the segments start depends only on the key count, so a row gives the same floats alone, in
-// a prefill batch, or decoded (segments count from the row's first key).
+// statistics (flash-decoding): decode's few heads then split over threads by segment.
+// Segments sit at absolute positions (multiples of kAttentionSegmentKeys), so where they fall
+// depends only on the row's keys: a row gives the same floats alone, in a prefill batch, or
+// decoded; and rows of one sequence share every segment they hold whole, sliding windows
+// included.
 void attention(const float* q, const void* k, const void* v, DType kv_type, int64_t n_q, int64_t pos0,
                const AttentionShape& shape, float* out, const CpuKernels& kernels);
 
