@@ -95,23 +95,4 @@ std::vector<std::vector<float>> EmbeddingJob::vectors() const {
   return out;
 }
 
-void EmbeddingJob::release() {
-  for (BlockTable& t : tables_) t.release();
-}
-
-Result<std::vector<std::vector<float>>> embed_sequences(Model& model, BlockPool& pool, std::span<const std::vector<int32_t>> inputs,
-                                                        int64_t max_batch_tokens) {
-  auto job = EmbeddingJob::start(model, pool, std::vector<std::vector<int32_t>>(inputs.begin(), inputs.end()));
-  if (!job.ok()) return job.error();
-  while (!job->finished()) {
-    auto s = job->step(max_batch_tokens);
-    if (!s.ok() || s.value() == EmbeddingJob::Step::NoRoom) {
-      job->release();
-      if (!s.ok()) return s.error();
-      return make_error("the KV pool has no room for these inputs now (running requests hold it); retry");
-    }
-  }
-  return job->vectors();
-}
-
 }  // namespace tandem

@@ -32,8 +32,7 @@ class EmbeddingJob {
   Result<Step> step(int64_t max_batch_tokens);
   bool finished() const { return first_ == inputs_.size(); }
   // One vector of n_embd values per input, in order (once finished).
-  std::vector<std::vector<float>> vectors() const;
-  void release();  // gives back every block it holds (a job given up on)
+  std::vector<std::vector<float>> vectors() const;  // (its blocks go back as it ends or is destroyed)
 
  private:
   EmbeddingJob(Model& model, BlockPool& pool, std::vector<std::vector<int32_t>> inputs);
@@ -45,9 +44,5 @@ class EmbeddingJob {
   std::vector<BlockTable> tables_;
   size_t first_ = 0;  // the first input not yet run to its end
 };
-
-// The whole job at once, its passes back to back. A full pool is an error ("retry").
-Result<std::vector<std::vector<float>>> embed_sequences(Model& model, BlockPool& pool, std::span<const std::vector<int32_t>> inputs,
-                                                        int64_t max_batch_tokens);
 
 }  // namespace tandem

@@ -33,13 +33,25 @@ std::vector<std::vector<int32_t>> inputs() {
   return in;
 }
 
+// A job's vectors, its passes back to back (a full pool: an error).
+Result<std::vector<std::vector<float>>> run_job(Model& model, BlockPool& pool, int64_t max_batch_tokens) {
+  auto job = EmbeddingJob::start(model, pool, inputs());
+  if (!job.ok()) return job.error();
+  while (!job->finished()) {
+    auto s = job->step(max_batch_tokens);
+    if (!s.ok()) return s.error();
+    if (s.value() == EmbeddingJob::Step::NoRoom) return make_error("no room");
+  }
+  return job->vectors();
+}
+
 TEST(Embedder, AJobRunsOnePassPerStepAndItsVectorsDoNotDependOnThePasses) {
   for (int pooling : {1, 3}) {
     auto model = embedding_model(pooling);
     ASSERT_TRUE(model);
     auto pool = model->new_kv_pool(64, DType::F16);
     ASSERT_TRUE(pool.ok());
-    auto whole = embed_sequences(*model, *pool.value(), inputs(), 512);  // one pass
+    auto whole = run_job(*model, *pool.value(), 512);  // one pass
     ASSERT_TRUE(whole.ok()) << whole.error().message;
     auto job = EmbeddingJob::start(*model, *pool.value(), inputs());
     ASSERT_TRUE(job.ok());
@@ -78,7 +90,7 @@ TEST(Embedder, AFullPoolIsNoRoomUntilBlocksComeBack) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s.value(), EmbeddingJob::Step::NoRoom);
   EXPECT_FALSE(job->finished());
-  EXPECT_FALSE(embed_sequences(*model, *pool.value(), inputs(), 512).ok());
+  EXPECT_FALSE(run_job(*model, *pool.value(), 512).ok());
   hog.release();
   while (!job->finished()) {
     auto r = job->step(512);
