@@ -95,11 +95,17 @@ void PackedQuantLoops::gemm(const uint8_t* group, int64_t cols, const BlockQ8Act
     __m512 mw;
     if constexpr (packed_has_offset(T))
       mw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(group + packed_m_at(T, b))));
+    // The tokens' integer sums side by side, weight vector by weight vector: NT independent
+    // VPDPBUSD chains in program order, where one token's 8 dependent steps in a row left
+    // overlapping them to the out-of-order window (the sums are exact, so order is free).
+    __m512i p[NT];
+    for (int t = 0; t < NT; t++)
+      p[t] = kShift ? _mm512_set1_epi32(-kShift * x[t * x_stride + b].sum) : _mm512_setzero_si512();
+    for (int s = 0; s < 8; s++)
+      for (int t = 0; t < NT; t++) p[t] = _mm512_dpbusd_epi32(p[t], w[s], quad(x[t * x_stride + b].qs + 4 * s));
     for (int t = 0; t < NT; t++) {
       const BlockQ8Act& xb = x[t * x_stride + b];
-      __m512i p = kShift ? _mm512_set1_epi32(-kShift * xb.sum) : _mm512_setzero_si512();
-      for (int s = 0; s < 8; s++) p = _mm512_dpbusd_epi32(p, w[s], quad(xb.qs + 4 * s));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
       if constexpr (packed_has_offset(T)) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), acc[t]);
     }
   }
@@ -134,11 +140,13 @@ void PackedQuantLoops::gemm_kquant(const uint8_t* group, int64_t cols, const Blo
         d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
     const __m512 dm = _mm512_mul_ps(
         dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16)))));
+    __m512i p[NT];  // side by side, as in gemm
+    for (int t = 0; t < NT; t++) p[t] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; s++)
+      for (int t = 0; t < NT; t++) p[t] = _mm512_dpbusd_epi32(p[t], w[s], quad(x[t * x_stride + b].qs + 4 * s));
     for (int t = 0; t < NT; t++) {
       const BlockQ8Act& xb = x[t * x_stride + b];
-      __m512i p = _mm512_setzero_si512();
-      for (int s = 0; s < 8; s++) p = _mm512_dpbusd_epi32(p, w[s], quad(xb.qs + 4 * s));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ds, _mm512_set1_ps(xb.d)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[t]), _mm512_mul_ps(ds, _mm512_set1_ps(xb.d)), acc[t]);
       acc[t] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xb.d * (float)xb.sum), acc[t]);
     }
   }
