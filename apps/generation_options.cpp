@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/token_terminal.h"
 #include "engine/draft_model.h"
 #include "gguf/gguf_file.h"
 
@@ -119,6 +120,8 @@ Status ConstraintOptions::apply(const Tokenizer& tok, GenerationConfig& cfg) con
   } else {
     auto g = grammar::parse_gbnf(text);
     if (!g.ok()) return make_error("{}: {}", path, g.error().message);
+    if (Status named = grammar::check_token_terminals(*g.value(), tok); !named.ok())
+      return make_error("{}: {}", path, named.error().message);
     cfg.grammar = g.value();
   }
   cfg.masker = grammar::TokenMasker::for_tokenizer(tok, tok.vocab().end_of_generation);

@@ -7,7 +7,9 @@
    which vendors llama.cpp, into bench/.peer/ unless --peer-bin points at a build.
 2. Makes the benchmark models in bench/.models/: the real SmolLM2-135M Q4_1 (models/), random
    weights in its shape as Q8_0 and F16 (../shared/tools/make_gguf.py, quantized by the peer's
-   llama-quantize) and a Llama-3.2-1B-shaped Q4_0.
+   llama-quantize) and a Llama-3.2-1B-shaped Q4_0; with --models moe, two mixtures of experts with
+   real layer geometry and 4 layers: Qwen3-30B-A3B in Q4_K_M and gpt-oss-20b in MXFP4 (--models
+   gptoss for that one alone; its blocks drawn from a random pool, gpt_oss_model()).
 3. Runs `tandem bench --json` and `llama-bench -o json` alternately, --rounds times each, and
    prints a markdown table of pp/tg tok/s, ratios, and tandem's GB/s and % of measured
    bandwidth; --write appends it, with the machine and the commands, to bench/RESULTS.md.
@@ -128,6 +130,8 @@ def make_models(bin_dir, which):
         if not os.path.exists(path):
             sh([os.path.join(bin_dir, "llama-quantize"), f16, path, "Q4_K_M"], env=peer_env(bin_dir), stdout=subprocess.DEVNULL)
         out.append(("Qwen3-30B-A3B-shaped Q4_K_M, 4 of 48 layers (random)", path))
+    if "gpt-oss-20b-mxfp4" in which or "gptoss" in which or "moe" in which:
+        out.append(("gpt-oss-20b-shaped MXFP4, 4 of 24 layers (random)", gpt_oss_model()))
     gen = os.path.join(SHARED, "tools", "make_gguf.py")
     for shape, qtype, label in (("smollm2-135m", "Q8_0", "SmolLM2-135M-shaped Q8_0 (random)"),
                                 ("smollm2-135m", "F16", "SmolLM2-135M-shaped F16 (random)"),
@@ -143,6 +147,27 @@ def make_models(bin_dir, which):
             sh([os.path.join(bin_dir, "llama-quantize"), f16, path, qtype], env=peer_env(bin_dir), stdout=subprocess.DEVNULL)
         out.append((label, path))
     return out
+
+
+def gpt_oss_model():
+    """gpt-oss-20b's layer geometry (2880 wide, 32 experts of 2880, 4 used, 64/8 heads of 64, a
+    128-token window on even layers, sinks, YaRN) with 4 of its 24 layers, stored as ggml-org's
+    gpt-oss-20b-mxfp4.gguf stores it: experts MXFP4, the other matrices Q8_0, norms, biases, sinks
+    and routers F32; the o200k_harmony tokenizer and the harmony chat template. Written straight
+    as quantized blocks from a random pool (family_gguf.py --block-pool): 2.8 GiB in 1-2 minutes on
+    2 cores, where quantizing floats took ~11."""
+    path = os.path.join(MODELS_DIR, "gpt-oss-20b-4l-mxfp4.gguf")
+    if os.path.exists(path):
+        return path
+    vocab = os.path.join(ROOT, "models", "o200k-harmony-vocab.gguf")
+    if not os.path.exists(vocab):
+        sys.exit(f"compare.py: the gpt-oss shape needs gpt-oss's tokenizer {vocab}; scripts/setup.sh --models all writes it")
+    tmp = path + ".part"
+    sh([sys.executable, os.path.join(ROOT, "tests", "reference", "family_gguf.py"), tmp, "gpt-oss", "--shape", "gpt-oss-20b",
+        "--layers", "4", "--type", "q8_0", "--expert-type", "mxfp4", "--block-pool", "--vocab-from", vocab,
+        "--chat-template", os.path.join(ROOT, "tests", "data", "chat_templates", "gpt-oss.jinja")])
+    os.replace(tmp, path)
+    return path
 
 
 def test_name(kind, n, depth):
@@ -209,7 +234,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--models", default="all", help="all, or a comma list of: real, gemma3, qwen2.5-0.5b-q4_0, smollm2-135m-q8_0, smollm2-135m-f16, llama-1b-q4_0, "
-                    "qwen3-30b-a3b-q4_k_m (or moe: the mixtures of experts; not in all)")
+                    "qwen3-30b-a3b-q4_k_m, gpt-oss-20b-mxfp4 (or gptoss; moe: both mixtures of experts; not in all)")
     ap.add_argument("--depth", default="0", help="context tokens prefilled (untimed) before each test, both tools' -d; "
                     "a comma list sweeps them (each model to its context) and plots the curves")
     ap.add_argument("--plot-dir", default=os.path.join(BENCH, "plots"), help="where a sweep's SVG plots go")

@@ -4,9 +4,11 @@
 
 #include <random>
 
+#include "chat/harmony_tools.h"
 #include "chat/reasoning.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/token_terminal.h"
 #include "server/access_policy.h"
 #include "server/openai_json.h"
 #include "server/tool_use.h"
@@ -38,21 +40,28 @@ std::optional<Rejection> render_prompt(EndpointContext& ctx, bool chat, Prepared
   if (Status s = check_template_fields(*ctx.chat, pr); !s.ok()) return Rejection{400, s.error().message, "reasoning_effort"};
   auto format = tool_format_for(pr, *ctx.chat, &ctx.tok.vocab(), ctx.tool_format);
   if (!format.ok()) return Rejection{400, format.error().message, "tools"};
-  // gpt-oss's harmony calls are parsed from its channels (chat/reasoning.h); a call forced by a
-  // grammar is written only in the families' formats.
+  // gpt-oss's harmony calls are parsed from its channels (chat/reasoning.h); a forced one is
+  // written by a grammar of harmony's control tokens (chat/harmony_tools.h), which the
+  // vocabulary must have (a gpt-oss template on another model's vocabulary has not).
   const bool harmony = pr.tools_active() && format->family != ToolCallFamily::Generic &&
                        detect_reasoning_format(ctx.chat->source()) == ReasoningFormat::Harmony;
-  if (harmony && pr.tool_call_forced())
-    return Rejection{400, "tool_choice 'required' or a named function is not supported with the harmony (gpt-oss) format; "
-                          "use 'auto', or serve with --tool-format generic", "tool_choice"};
+  if (harmony && pr.tool_call_forced()) {
+    if (const std::string missing = missing_harmony_call_token(ctx.tok.vocab()); !missing.empty())
+      return Rejection{400,
+                       fmt::format("tool_choice 'required' or a named function writes the call in the harmony (gpt-oss) "
+                                   "format, whose control token {} this model's vocabulary lacks; use 'auto', or serve "
+                                   "with --tool-format generic",
+                                   missing),
+                       "tool_choice"};
+  }
   if (pr.tools_active()) {
     out.tools = ToolOutput{format->family, tool_marker_tokens(ctx.tok.vocab(), format->family)};
     // which format served the calls
     out.headers.emplace_back("X-Tandem-Tool-Format", harmony ? "harmony" : tool_call_family_name(format->family));
   }
-  const Status forced = add_tool_call_constraint(&pr, format->family, [](const ojson& schema, const std::string& prefix) {
-    return grammar::json_schema_to_gbnf(schema, prefix);
-  });
+  const Status forced = add_tool_call_constraint(
+      &pr, format->family,
+      [](const ojson& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); }, harmony);
   if (!forced.ok()) return Rejection{400, forced.error().message, "tools"};
   auto r = render_chat_prompt(*ctx.chat, pr, true, format->family);
   if (!r.ok()) return Rejection{400, r.error().message, "messages"};
@@ -67,11 +76,13 @@ std::optional<Rejection> compile_request_constraint(EndpointContext& ctx, Prepar
   if (pr.constraint.kind == ParsedRequest::OutputConstraint::Kind::None) return std::nullopt;
   auto g = compile_constraint(pr.constraint);
   const std::string& n = pr.constraint.name;
-  // A grammar that compiles can still be unusable: its start past the grammar budget, or no
-  // token of the vocabulary able to begin it. Both are the request's fault: a 400 here, not
-  // an error once it runs (the check warms the mask cache for the first token).
+  // A grammar that compiles can still be unusable: a token it names that the vocabulary lacks,
+  // its start past the grammar budget, or no token of the vocabulary able to begin it. All are
+  // the request's fault: a 400 here, not an error once it runs (the check warms the mask cache
+  // for the first token).
   const auto masker = ctx.loop.masker();
-  const Status usable = g.ok() && masker ? masker->check_start(g.value()) : Status::Ok();
+  Status usable = g.ok() ? grammar::check_token_terminals(*g.value(), ctx.tok) : Status::Ok();
+  if (g.ok() && usable.ok() && masker) usable = masker->check_start(g.value());
   if (!g.ok() || !usable.ok())
     return Rejection{400,
                      fmt::format("{}: {}", n == "grammar" || n == "tool_choice" ? "'" + n + "'" : "response_format",

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "chat/generic_tools.h"
+#include "chat/harmony_tools.h"
 #include "chat/tool_calls.h"
 
 namespace tandem::server {
@@ -52,7 +53,8 @@ Status check_template_fields(const ChatTemplate& chat, const ParsedRequest& pr) 
   return Status::Ok();
 }
 
-Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf) {
+Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf,
+                                bool harmony) {
   const bool generic = family == ToolCallFamily::Generic && pr->tools_active();
   if (!pr->tool_call_forced() && !generic) return Status::Ok();
   if (generic && pr->constraint.kind != ParsedRequest::OutputConstraint::Kind::None)
@@ -79,7 +81,10 @@ Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const 
   // A named function is one call to it (OpenAI's forced function); "required" is one or more
   // calls, when parallel calls are allowed.
   const bool parallel = pr->parallel_tool_calls && pr->tool_choice != ParsedRequest::ToolChoice::Function;
-  pr->constraint.gbnf = (generic ? generic_tool_gbnf(fns, parallel, !pr->tool_call_forced()) : tool_call_gbnf(family, fns, parallel)) + rules;
+  const std::string calls = generic   ? generic_tool_gbnf(fns, parallel, !pr->tool_call_forced())
+                            : harmony ? harmony_tool_call_gbnf(fns)
+                                      : tool_call_gbnf(family, fns, parallel);
+  pr->constraint.gbnf = calls + rules;
   pr->constraint.name = "tool_choice";
   return Status::Ok();
 }

@@ -43,10 +43,12 @@ using SchemaToGbnf = std::function<Result<std::string>(const nlohmann::ordered_j
 
 // For a forced call, sets pr->constraint to GBNF for a call in `family`'s format whose
 // arguments follow the function's `parameters` (no parameters: {}). One call, or one or more
-// when parallel_tool_calls allows (Llama: always one). The Generic family is constrained with
-// tool_choice "auto" too: a call or a {"response": ...}. An unsupported schema is an error
-// naming the function.
-Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf);
+// when parallel_tool_calls allows (Llama: always one). With `harmony` (gpt-oss's template) the
+// call is harmony's, one message to functions.NAME (chat/harmony_tools.h), whatever the family.
+// The Generic family is constrained with tool_choice "auto" too: a call or a {"response": ...}.
+// An unsupported schema is an error naming the function.
+Status add_tool_call_constraint(ParsedRequest* pr, ToolCallFamily family, const SchemaToGbnf& schema_to_gbnf,
+                                bool harmony = false);
 
 // Ids of the vocabulary's tokens that spell the family's markers, rendered as text for the parser.
 std::vector<int32_t> tool_marker_tokens(const Vocab& vocab, ToolCallFamily family);

@@ -9,6 +9,7 @@
 
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/grammar.h"
+#include "engine/grammar/token_terminal.h"
 #include "grammar_recognizer.h"
 
 namespace tandem::grammar {
@@ -215,6 +216,63 @@ TEST(Gbnf, AnyCharacter) {
   ASSERT_TRUE(g);
   for (std::string s : {"a!", "\xC3\xA9!", "\xF0\x9F\x98\x80!", "\n!"}) EXPECT_ACCEPTS(g, s);
   for (std::string s : {"!", "ab!", "\xFF!", "\xC3!"}) EXPECT_REJECTS(g, s);
+}
+
+// A control token by its text: the one byte string token_terminal_bytes gives it, which no
+// text (UTF-8, every text rule's alphabet) spells.
+TEST(GbnfTokens, MatchTheTokenAndNoText) {
+  auto g = gbnf("root ::= <|channel|> \"commentary\" <|message|>");
+  ASSERT_TRUE(g);
+  const std::string channel = token_terminal_bytes("<|channel|>"), message = token_terminal_bytes("<|message|>");
+  EXPECT_EQ(channel, "\xFF<|channel|>\xFF");
+  EXPECT_TRUE(is_token_terminal(channel));
+  EXPECT_FALSE(is_token_terminal("<|channel|>"));
+  EXPECT_ACCEPTS(g, channel + "commentary" + message);
+  EXPECT_REJECTS(g, "<|channel|>commentary<|message|>");  // the same text in ordinary tokens
+  EXPECT_REJECTS(g, channel + "commentary" + token_terminal_bytes("<|end|>"));
+  EXPECT_REJECTS(g, message + "commentary" + channel);
+  EXPECT_REJECTS(g, channel + "commentary");
+}
+
+TEST(GbnfTokens, MixWithTextRulesRepetitionAndGroups) {
+  auto g = gbnf(R"(root ::= (<think> text </think>)? answer <|end|>*
+text ::= [^<]*
+answer ::= "yes" | <|no|>)");
+  ASSERT_TRUE(g);
+  const std::string open = token_terminal_bytes("<think>"), close = token_terminal_bytes("</think>");
+  const std::string end = token_terminal_bytes("<|end|>"), no = token_terminal_bytes("<|no|>");
+  EXPECT_ACCEPTS(g, "yes");
+  EXPECT_ACCEPTS(g, no);
+  EXPECT_ACCEPTS(g, open + "a thought" + close + "yes" + end + end);
+  EXPECT_ACCEPTS(g, open + close + no + end);
+  EXPECT_REJECTS(g, "<think>a thought</think>yes");
+  EXPECT_REJECTS(g, open + "a thought" + "yes");
+  EXPECT_REJECTS(g, "<|no|>");
+  // `.` and a negated class cover every character, never a token.
+  auto any = gbnf("root ::= .* <|end|>");
+  ASSERT_TRUE(any);
+  EXPECT_ACCEPTS(any, "free text, <|end|> included" + end);
+  EXPECT_REJECTS(any, "text" + end + "more" + end);
+  EXPECT_REJECTS(any, "text" + token_terminal_bytes("<|start|>") + end);
+}
+
+TEST(GbnfTokens, TheGrammarListsTheTokensItNames) {
+  auto g = gbnf("root ::= <|a|> (\"x\" <|b|>)* <|a|> [^<]+ <c>?\nunused ::= \"<|d|>\"");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(token_terminal_texts(*g), (std::vector<std::string>{"<|a|>", "<|b|>", "<c>"}));
+  auto none = gbnf("root ::= \"<|a|>\" [<|>]");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(token_terminal_texts(*none).empty());
+}
+
+TEST(GbnfTokens, Errors) {
+  EXPECT_NE(gbnf_error("root ::= <[200005]>\n").find("token ids (<[200005]>) are not supported"), std::string::npos);
+  EXPECT_NE(gbnf_error("root ::= !<|end|>\n").find("negated token"), std::string::npos);
+  EXPECT_NE(gbnf_error("root ::= <|channel|\n").find("unterminated token"), std::string::npos);
+  EXPECT_NE(gbnf_error("root ::= <|a b|>\n").find("unterminated token"), std::string::npos);
+  EXPECT_NE(gbnf_error("root ::= <>\n").find("empty token"), std::string::npos);
+  EXPECT_NE(gbnf_error("root ::= <" + std::string(300, 'a') + ">\n").find("longer than 256 bytes"), std::string::npos);
+  EXPECT_NE(gbnf_error("root ::= \"a\"\nx ::= <y\n").find("line 2"), std::string::npos);
 }
 
 TEST(Gbnf, RepetitionBounds) {

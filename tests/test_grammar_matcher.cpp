@@ -10,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/grammar/token_terminal.h"
 #include "gguf/gguf_file.h"
 #include "grammar_builder.h"
 #include "test_paths.h"
@@ -350,6 +352,100 @@ TEST(TokenMasker, EndTokensOnlyWhenTheTextCanEndAndControlTokensNever) {
   EXPECT_TRUE(both->test(2));
   EXPECT_FALSE(both->test(3));
   EXPECT_FALSE(both->test(0));
+}
+
+// Token terminals (token_terminal.h): a control token is allowed exactly where the grammar
+// names it, and ordinary tokens spelling its text never are.
+std::shared_ptr<const Grammar> parsed(const std::string& gbnf_text) {
+  auto g = parse_gbnf(gbnf_text);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
+  return g.ok() ? g.value() : nullptr;
+}
+
+TEST(TokenMasker, ControlTokensWhereTheGrammarNamesThem) {
+  const std::vector<std::string> vocab = {token_terminal_bytes("<|channel|>"), "<|", "channel", "|>", "<|channel|>",
+                                          "comment", "ary", token_terminal_bytes("<|message|>"), "\xFE<|channel|>\xFE",
+                                          token_terminal_bytes("<|call|>"), token_terminal_bytes("<|return|>")};
+  enum { kChannel, kOpen, kWord, kClose, kWhole, kComment, kAry, kMessage, kStandIns, kCall, kReturn };
+  const TokenMasker masker(vocab, {kCall, kReturn});
+  EXPECT_EQ(masker.token_bytes(kCall), "") << "an end token is never read by the matcher";
+
+  Matcher m = make(parsed("root ::= <|channel|> \"commentary\" <|message|> \"x\"? <|call|>"));
+  auto start = masker.mask(m);
+  EXPECT_TRUE(start->test(kChannel));
+  EXPECT_EQ(start->count(), 1u) << "neither '<|' nor the text '<|channel|>' is the token";
+  EXPECT_TRUE(masker.allows(m, kChannel));
+  EXPECT_FALSE(masker.allows(m, kWhole));
+  ASSERT_TRUE(m.accept(masker.token_bytes(kChannel)));
+  EXPECT_TRUE(masker.mask(m)->test(kComment));
+  ASSERT_TRUE(m.accept("commentary"));
+  auto before_message = masker.mask(m);
+  EXPECT_TRUE(before_message->test(kMessage));
+  EXPECT_EQ(before_message->count(), 1u);
+  ASSERT_TRUE(m.accept(masker.token_bytes(kMessage)));
+  // The grammar ends with <|call|>, an end token: allowed although the text cannot end here,
+  // where <|return|>, another end token, is not.
+  auto at_call = masker.mask(m);
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(at_call->test(kCall));
+  EXPECT_FALSE(at_call->test(kReturn));
+  EXPECT_TRUE(masker.allows(m, kCall));
+  EXPECT_FALSE(masker.allows(m, kReturn));
+  for (int32_t t = 0; t < (int32_t)vocab.size(); t++) EXPECT_EQ(masker.allows(m, t), masker.compute(m).test(t)) << t;
+
+  // A text rule never takes a control token, the same text in ordinary tokens it does.
+  Matcher text = make(parsed("root ::= \"<|channel|>\" [^x]*"));
+  auto text_start = masker.mask(text);
+  EXPECT_TRUE(text_start->test(kOpen));
+  EXPECT_TRUE(text_start->test(kWhole));
+  EXPECT_FALSE(text_start->test(kChannel));
+  ASSERT_TRUE(text.accept("<|channel|>"));
+  auto free_text = masker.mask(text);
+  EXPECT_TRUE(free_text->test(kComment));
+  EXPECT_FALSE(free_text->test(kChannel));
+  EXPECT_FALSE(free_text->test(kMessage));
+  EXPECT_FALSE(free_text->test(kStandIns)) << "0xFE is no character";
+  EXPECT_TRUE(free_text->test(kCall)) << "the text can end: every end token";
+  EXPECT_TRUE(free_text->test(kReturn));
+}
+
+TEST(TokenMasker, ControlTokensOfTheO200kVocabulary) {
+  if (!tandem::test::exists(tandem::test::o200k_vocab_path())) GTEST_SKIP() << "no o200k vocabulary (scripts/setup.sh --models all)";
+  auto f = GgufFile::open(tandem::test::o200k_vocab_path());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto tok = Tokenizer::from_gguf(*f.value());
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const Vocab& v = tok.value()->vocab();
+  const int32_t channel = v.find("<|channel|>"), call = v.find("<|call|>");
+  ASSERT_GE(channel, 0);
+  EXPECT_EQ(grammar_token_bytes(*tok.value(), channel), token_terminal_bytes("<|channel|>"));
+  // A byte-level vocabulary has a token for the byte 0xFF itself: it never stands for a mark.
+  int32_t ff = -1;
+  for (int32_t t = 0; t < v.size() && ff < 0; t++)
+    if (tok.value()->token_to_piece(t) == "\xFF") ff = t;
+  ASSERT_GE(ff, 0);
+  EXPECT_EQ(grammar_token_bytes(*tok.value(), ff), "\xFE");
+  auto masker = TokenMasker::for_tokenizer(*tok.value(), v.end_of_generation);
+  Matcher m = make(parsed("root ::= <|channel|> \"commentary to=functions.f \" <|constrain|> \"json\" <|message|> \"{}\" <|call|>"));
+  auto start = masker->mask(m);
+  EXPECT_TRUE(start->test(channel));
+  EXPECT_EQ(start->count(), 1u);
+  for (std::string_view piece : {std::string_view(masker->token_bytes(channel)), std::string_view("commentary to=functions.f "),
+                                 std::string_view(masker->token_bytes(v.find("<|constrain|>"))), std::string_view("json"),
+                                 std::string_view(masker->token_bytes(v.find("<|message|>"))), std::string_view("{}")})
+    ASSERT_TRUE(m.accept(piece)) << piece;
+  auto end = masker->mask(m);
+  EXPECT_TRUE(end->test(call));
+  EXPECT_EQ(end->count(), 1u) << "<|call|> only, not <|return|> nor <|endoftext|>";
+  // A grammar naming a token the vocabulary lacks, or has as text, is refused before it runs.
+  EXPECT_TRUE(check_token_terminals(m.grammar(), *tok.value()).ok());
+  for (const char* bad : {"root ::= <|channel|> <|nonsense|>", "root ::= <think>"}) {
+    auto g = parsed(bad);
+    ASSERT_TRUE(g);
+    const Status s = check_token_terminals(*g, *tok.value());
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.error().message.find("not a control token of this model's vocabulary"), std::string::npos) << s.error().message;
+  }
 }
 
 TEST(TokenMasker, AllowsAgreesWithTheMask) {

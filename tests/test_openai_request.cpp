@@ -7,9 +7,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "chat/harmony_tools.h"
+#include "chat/reasoning.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/matcher.h"
+#include "engine/grammar/token_terminal.h"
 #include "server/openai_request.h"
 #include "server/tool_use.h"
 
@@ -402,6 +405,58 @@ TEST(ToolUse, ForcedCallGrammarCompilesAndMatchesTheFamilysCalls) {
   const std::string one = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
   ASSERT_TRUE(m->accept(one));
   EXPECT_TRUE(m->must_end());
+}
+
+// Harmony (gpt-oss): a forced call is one message to functions.NAME written with control
+// tokens (grammar token terminals); the text it matches, with the tokens rendered, parses back
+// into the call (chat/reasoning.h).
+TEST(ToolUse, ForcedHarmonyCallIsGptOssMessageToTheFunction) {
+  std::string bad;
+  auto to_gbnf = [](const json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
+  const json time_tool = {{"type", "function"}, {"function", {{"name", "now"}}}};
+  const auto tok = [](std::string_view t) { return grammar::token_terminal_bytes(t); };
+  for (bool named : {false, true}) {
+    json body = chat_body({{"tools", {weather_tool(), time_tool}}, {"tool_choice", "required"}});
+    if (named) body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+    auto pr = parse_request(body, true, 1, &bad);
+    ASSERT_TRUE(pr.ok());
+    const Status s = add_tool_call_constraint(&pr.value(), ToolCallFamily::Hermes, to_gbnf, true);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    const std::string& gbnf = pr->constraint.gbnf;
+    EXPECT_EQ(gbnf.rfind("root ::= <|channel|> \"commentary to=functions.\" tool-call <|call|>\n", 0), 0u) << gbnf;
+    EXPECT_EQ(gbnf.find("now") != std::string::npos, !named) << gbnf;
+    auto g = grammar::parse_gbnf(gbnf);
+    ASSERT_TRUE(g.ok()) << g.error().message << "\n" << gbnf;
+    auto m = grammar::Matcher::create(g.value());
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const std::string call = tok("<|channel|>") + "commentary to=functions.get_weather " + tok("<|constrain|>") + "json" +
+                             tok("<|message|>") + "{\"city\": \"Rome\"}" + tok("<|call|>");
+    grammar::Matcher done = m.value();
+    ASSERT_TRUE(done.accept(call)) << gbnf;
+    EXPECT_TRUE(done.must_end()) << "one call: harmony ends the turn at <|call|>";
+    EXPECT_EQ(m->can_accept(tok("<|channel|>") + "commentary to=functions.now " + tok("<|constrain|>")), !named);
+    EXPECT_FALSE(m->can_accept("<|channel|>")) << "the markup is the control tokens, not their text";
+    EXPECT_FALSE(m->can_accept(tok("<|channel|>") + "analysis"));
+    EXPECT_FALSE(m->can_accept(tok("<|channel|>") + "commentary to=functions.get_weather " + tok("<|constrain|>") + "json" +
+                               tok("<|message|>") + "{\"town\""));
+    // As the server renders the tokens for the harmony parser: their text.
+    const ReasoningOutput out = parse_reasoning(
+        ReasoningFormat::Harmony, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}<|call|>");
+    ASSERT_EQ(out.calls.size(), 1u);
+    EXPECT_EQ(out.calls[0].name, "get_weather");
+    EXPECT_EQ(out.calls[0].arguments, "{\"city\":\"Rome\"}");
+    EXPECT_EQ(out.content, "");
+  }
+}
+
+TEST(ToolUse, HarmonyCallTokensAreCheckedInTheVocabulary) {
+  Vocab v;
+  v.add_token("a", TokenType::Normal);
+  EXPECT_EQ(missing_harmony_call_token(v), "<|channel|>");
+  for (const char* t : {"<|channel|>", "<|constrain|>", "<|message|>", "<|call|>"}) v.add_token(t, TokenType::Control);
+  EXPECT_EQ(missing_harmony_call_token(v), "");
+  v.types[(size_t)v.find("<|constrain|>")] = TokenType::Normal;  // as text: the grammar's terminal cannot match it
+  EXPECT_EQ(missing_harmony_call_token(v), "<|constrain|>");
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "engine/grammar/token_terminal.h"
+
 namespace tandem::grammar {
 namespace {
 
@@ -196,6 +198,10 @@ class GbnfParser {
         TANDEM_TRY(parse_literal(out));
       } else if (c == '[') {
         TANDEM_TRY(parse_class(out));
+      } else if (c == '<') {
+        TANDEM_TRY(parse_token(out));
+      } else if (c == '!' && peek(1) == '<') {
+        return error("a negated token (!<...>) is not supported: write the alternatives the grammar allows instead");
       } else if (c == '.') {
         pos_++;
         auto any = any_char_rule();
@@ -340,6 +346,28 @@ class GbnfParser {
       merged = std::move(complement);
     }
     return push_class(merged, out);
+  }
+
+  // A token terminal: `<|channel|>` matches the one control token whose text is "<|channel|>"
+  // (token_terminal.h); the brackets are part of the text, as in llama.cpp's grammars.
+  Status parse_token(Sequence& out) {
+    const size_t start = pos_;
+    size_t end = pos_ + 1;
+    while (end < text_.size() && text_[end] != '>' && text_[end] != '\n' && text_[end] != ' ' && text_[end] != '\t' &&
+           text_[end] != '\r' && end - start < kMaxTokenTerminalText)
+      end++;
+    if (end >= text_.size() || text_[end] != '>') {
+      if (end - start >= kMaxTokenTerminalText)
+        return error(fmt::format("a token's text is longer than {} bytes", kMaxTokenTerminalText));
+      return error("unterminated token: write a control token by its text in angle brackets, e.g. <|channel|>");
+    }
+    const std::string_view text = text_.substr(start, end + 1 - start);
+    if (text.size() == 2) return error("empty token '<>'");
+    if (text[1] == '[')
+      return error(fmt::format("token ids ({}) are not supported: name the token by its text, e.g. <|channel|>", text));
+    pos_ = end + 1;
+    for (char b : token_terminal_bytes(text)) TANDEM_TRY(push(out, Element::byte((uint8_t)b)));
+    return Status::Ok();
   }
 
   // A set of code point ranges as one byte-set element when it is all ASCII, else a helper rule

@@ -3,7 +3,9 @@
 //   root ::= "yes" | "no" ws [0-9]+      # comments run to the end of the line
 // rules `name ::= alternatives`; literals "..." with \n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH
 // escapes; character classes [a-z], [^"\\] over code points; rule references; groups ( ... );
-// repetition *, +, ?, {m}, {m,}, {m,n}; `.` for any character. The root rule is "root".
+// repetition *, +, ?, {m}, {m,}, {m,n}; `.` for any character; a control token by its text in
+// angle brackets, `<|channel|>`, as llama.cpp writes it (token_terminal.h; token ids `<[N]>` and
+// negation `!<...>` are errors). The root rule is "root".
 #pragma once
 
 #include <memory>

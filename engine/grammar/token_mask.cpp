@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "engine/grammar/lazy_dfa.h"
+#include "engine/grammar/token_terminal.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::grammar {
@@ -44,21 +45,32 @@ TokenMasker::TokenMasker(std::vector<std::string> token_bytes, std::vector<int32
   end_tokens_.erase(std::remove_if(end_tokens_.begin(), end_tokens_.end(),
                                    [&](int32_t t) { return t < 0 || (size_t)t >= token_bytes_.size(); }),
                     end_tokens_.end());
+  // An end token's terminal moves out of token_bytes_: the matcher never reads an end token.
+  for (int32_t t : end_tokens_) {
+    std::string& bytes = token_bytes_[t];
+    const bool terminal = is_token_terminal(bytes);
+    end_terminals_.push_back(terminal ? bytes : std::string());
+    if (terminal) bytes.clear();
+  }
 }
 
 std::shared_ptr<const TokenMasker> TokenMasker::for_tokenizer(const Tokenizer& tok, std::vector<int32_t> end_tokens,
                                                                const GrammarBudget& budget) {
   const int32_t n = tok.vocab().size();
   std::vector<std::string> bytes(n);
-  for (int32_t t = 0; t < n; t++) bytes[t] = tok.token_to_piece(t, false);
+  for (int32_t t = 0; t < n; t++) bytes[t] = grammar_token_bytes(tok, t);
   return std::make_shared<const TokenMasker>(std::move(bytes), std::move(end_tokens), 256, budget);
 }
 
 std::vector<uint64_t> TokenMasker::empty_bits() const { return std::vector<uint64_t>((token_bytes_.size() + 63) / 64 + 1, 0); }
 
+bool TokenMasker::end_token_allowed(const Matcher& m, size_t i) const {
+  return m.can_end() || (!end_terminals_[i].empty() && m.can_accept(end_terminals_[i]));
+}
+
 void TokenMasker::set_end_tokens(const Matcher& m, std::vector<uint64_t>& bits) const {
-  if (m.can_end())
-    for (int32_t t : end_tokens_) bits[t / 64] |= 1ull << (t % 64);
+  for (size_t i = 0; i < end_tokens_.size(); i++)
+    if (end_token_allowed(m, i)) bits[end_tokens_[i] / 64] |= 1ull << (end_tokens_[i] % 64);
 }
 
 void TokenMasker::walk(LazyDfa& dfa, int32_t begin, int32_t end, int32_t* at_depth, uint64_t* bits,
@@ -207,7 +219,10 @@ std::shared_ptr<const TokenMask> TokenMasker::mask(const Matcher& m) const {
 
 bool TokenMasker::allows(const Matcher& m, int32_t t) const {
   if (t < 0 || (size_t)t >= token_bytes_.size()) return false;
-  if (is_end_[t]) return m.can_end();
+  if (is_end_[t]) {
+    const size_t i = (size_t)(std::find(end_tokens_.begin(), end_tokens_.end(), t) - end_tokens_.begin());
+    return end_token_allowed(m, i);
+  }
   const std::string& bytes = token_bytes_[t];
   if (bytes.empty() || bytes.size() > TokenTrie::kMaxTokenBytes) return false;
   {

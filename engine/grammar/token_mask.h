@@ -48,13 +48,16 @@ struct TokenMask {  // bit t set <=> token t may come next
 // threads at once (a mutex guards the caches; the trie is immutable).
 class TokenMasker {
  public:
-  // token_bytes[t]: the bytes token t emits (empty: never allowed, e.g. control tokens);
-  // end_tokens: allowed exactly when the matcher can_end(), whatever their bytes.
+  // token_bytes[t]: the bytes token t stands for (empty: never allowed); a control token's are
+  // its token terminal (token_terminal.h), matched only where a grammar names the token.
+  // end_tokens: allowed when the matcher can_end(), or when their bytes are a token terminal
+  // the grammar accepts here (a grammar may end with <|call|>); token_bytes() gives such a
+  // terminal as empty, since the sequence ends at an end token and the matcher never reads it.
   // cache_entries: how many masks (and as many shared walks) the LRU caches keep, within the
   // budget's bytes.
   TokenMasker(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens, size_t cache_entries = 256,
               const GrammarBudget& budget = {});
-  // Token bytes from tok.token_to_piece(t, false): control tokens emit nothing.
+  // Token bytes from grammar_token_bytes(tok, t): a token's text, a control token's terminal.
   static std::shared_ptr<const TokenMasker> for_tokenizer(const Tokenizer& tok, std::vector<int32_t> end_tokens,
                                                           const GrammarBudget& budget = {});
 
@@ -105,9 +108,11 @@ class TokenMasker {
   TokenMask compute_shared(const Matcher& m, MaskBudget& budget) const;
   std::vector<uint64_t> empty_bits() const;  // with the scratch word
   void set_end_tokens(const Matcher& m, std::vector<uint64_t>& bits) const;
+  bool end_token_allowed(const Matcher& m, size_t i) const;  // end_tokens_[i]
 
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> end_tokens_;
+  std::vector<std::string> end_terminals_;  // [i]: end_tokens_[i]'s token terminal, or empty
   std::vector<bool> is_end_;
   TokenTrie trie_;
   GrammarBudget budget_;

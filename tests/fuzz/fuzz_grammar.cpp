@@ -20,17 +20,19 @@
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/grammar/token_terminal.h"
 
 namespace {
 
-// Token 0 ends the text; then every single byte, and a few longer pieces (runs of spaces and
-// letters make a deepening grammar's state grow fastest).
+// Token 0 ends the text; then every single byte, a few longer pieces (runs of spaces and
+// letters make a deepening grammar's state grow fastest) and two control tokens (token terminals).
 const tandem::grammar::TokenMasker& small_masker() {
   static const tandem::grammar::TokenMasker masker = [] {
     std::vector<std::string> tokens{""};
     for (int b = 1; b < 256; b++) tokens.push_back(std::string(1, (char)b));
     for (const char* piece : {"{\"", "\": ", "\", \"", "true", "null", "[[", "]]", "ab", "the", "                ", "aaaaaaaaaaaaaaaa"})
       tokens.push_back(piece);
+    for (const char* control : {"<|channel|>", "<|end|>"}) tokens.push_back(tandem::grammar::token_terminal_bytes(control));
     return tandem::grammar::TokenMasker(std::move(tokens), {0});
   }();
   return masker;

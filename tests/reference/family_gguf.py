@@ -4,10 +4,13 @@ tensor names and metadata keys for that architecture, quantized by the `gguf` pa
 quantizers (not tandem's):
 
     python3 tests/reference/family_gguf.py OUT.gguf FAMILY [--shape tiny] [--type f32] [--seed 0] [--window N]
-                                           [--layers N] [--expert-type T]
+                                           [--layers N] [--expert-type T] [--block-pool]
+                                           [--vocab-from GGUF] [--chat-template FILE]
     python3 tests/reference/family_gguf.py OUT.gguf qwen2 --shape qwen2.5-0.5b --type q8_0
     python3 tests/reference/family_gguf.py OUT.gguf qwen3moe --shape qwen3-30b-a3b --type q8_0 --layers 2
     python3 tests/reference/family_gguf.py OUT.gguf qwen3 --pooling last    # Qwen3-Embedding-shaped
+    python3 tests/reference/family_gguf.py OUT.gguf gpt-oss --shape gpt-oss-20b --type q8_0 --layers 4 \
+        --block-pool --vocab-from models/o200k-harmony-vocab.gguf          # bench/compare.py's gpt-oss shape
 
 FAMILY is one of llama, qwen2, qwen3, gemma3, phi3, granite (dense) or qwen3moe, olmoe, qwen2moe,
 mixtral, gpt-oss (mixture of experts; mixtral is written as general.architecture = llama with
@@ -46,7 +49,12 @@ whatever the order of writing; tensors are written one at a time, so a 4B-parame
 memory for its largest tensor only. The scales keep the logits spread (std ~5 tiny, ~8 real) and
 the network calm enough that 8-bit activations move them by ~1-2%, not more. A real MoE shape is
 slow to write: ~35 s a layer of Qwen3-30B-A3B in q8_0, ~2 min a layer of gpt-oss-20b (the gguf
-package's MXFP4 quantizer does ~5M weights/s on this host).
+package's MXFP4 quantizer does ~5M weights/s on this host). --block-pool writes such a shape in
+seconds a gigabyte: each block-quantized matrix is a random gather from 65,536 blocks the gguf
+package quantized from that tensor's floats (plausible codes and scale bytes, not independent
+weights: a file for timing, never for reference checks); norms, biases and routers are drawn as
+always. --vocab-from copies another GGUF's tokenizer (gpt-oss's o200k_harmony from
+models/o200k-harmony-vocab.gguf, which scripts/setup.sh --models all writes).
 """
 import argparse
 import dataclasses
@@ -369,16 +377,106 @@ def _encode(rng, shape, kind, scale, qtype):
     return out.reshape(tuple(shape[:-1]) + out.shape[1:])
 
 
+POOL_BLOCKS = 1 << 16  # distinct blocks a pooled tensor draws from
+
+
+def _pooled_blocks(rng, shape, kind, scale, qtype):
+    """A block-quantized matrix's bytes drawn from a pool, for speed shapes of billions of weights:
+    POOL_BLOCKS blocks quantized (by the gguf package) from floats of the tensor's scale, then every
+    block of the tensor a uniformly random one of them. Codes and scale bytes are those a quantizer
+    writes for such weights, at the cost of one gather (seconds a gigabyte, where the float path's
+    MXFP4 quantizer takes minutes); the values are not a draw of independent weights, so pooled
+    files are for timing, never for reference checks."""
+    block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = int(np.prod(shape)) // block
+    n_pool = min(POOL_BLOCKS, n_blocks)
+    pool = quantize(_values(rng, (n_pool, block), kind, scale, 0, n_pool), qtype)  # [n_pool, nbytes]
+    pool = np.ascontiguousarray(pool).view(f"V{nbytes}").reshape(-1)  # one item a block
+    out = np.empty(n_blocks, dtype=pool.dtype)  # [n_blocks] blocks, rows in order (expert 0's first)
+    step = 1 << 22
+    for b in range(0, n_blocks, step):
+        m = min(step, n_blocks - b)
+        np.take(pool, rng.integers(0, n_pool, m), out=out[b:b + m])
+    return out.view(np.uint8).reshape(tuple(shape[:-1]) + (shape[-1] // block * nbytes,))
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_kv(path):
+    """A GGUF's metadata: {key: (GGUFValueType, value, element type of an array or None)}. A plain
+    reader of the header, since gguf.GGUFReader takes a minute over o200k's 650k strings."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file")
+    pos = 24  # magic, version, tensor count
+
+    def scalar(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, data, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = scalar("<Q")
+        pos += n
+        return data[pos - n:pos].decode("utf-8")
+
+    def value(t):
+        nonlocal pos
+        if t == 8:
+            return string()
+        if t != 9:
+            return scalar(_SCALARS[t])
+        sub, n = scalar("<I"), scalar("<Q")
+        if sub == 8:
+            return [string() for _ in range(n)]
+        fmt = _SCALARS[sub]
+        out = np.frombuffer(data, dtype=np.dtype(fmt), count=n, offset=pos).tolist()
+        pos += n * struct.calcsize(fmt)
+        return out
+
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    kv = {}
+    for _ in range(n_kv):
+        key = string()
+        t = scalar("<I")
+        sub = struct.unpack_from("<I", data, pos)[0] if t == 9 else None
+        kv[key] = (gguf.GGUFValueType(t), value(t), None if sub is None else gguf.GGUFValueType(sub))
+    return kv
+
+
+def read_vocab(path):
+    """The tokenizer.* metadata of the GGUF at path (a vocabulary-only file such as
+    models/o200k-harmony-vocab.gguf) and its token count."""
+    kv = {k: v for k, v in read_kv(path).items() if k.startswith("tokenizer.")}
+    if "tokenizer.ggml.tokens" not in kv:
+        raise ValueError(f"{path}: no tokenizer.ggml.tokens to copy")
+    return kv, len(kv["tokenizer.ggml.tokens"][1])
+
+
+def copy_vocab(w, kv):
+    """Writes read_vocab's metadata into w."""
+    for key, (vtype, val, sub) in kv.items():
+        w.add_key_value(key, val, vtype, sub_type=sub)
+
+
 POOLING = {"mean": gguf.PoolingType.MEAN, "cls": gguf.PoolingType.CLS, "last": gguf.PoolingType.LAST}
 
 
 def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=None, layers=None, expert_type=None,
-                      pooling=None):
+                      pooling=None, block_pool=False, vocab_from=None, chat_template=None):
     """Writes the model; returns its Shape. qtype: f32, f16, q8_0, q4_0 (or a GGMLQuantizationType).
     window replaces the shape's attention.sliding_window (a real shape's 512 reached by short checks);
     layers keeps the first N layers (a real MoE shape at full depth is tens of GB); expert_type
     (f32, f16, q8_0, q4_0, mxfp4) is the 3-D expert tensors' type, by default qtype (gpt-oss: mxfp4);
-    pooling (mean, cls, last) makes it an embedding model."""
+    pooling (mean, cls, last) makes it an embedding model. block_pool draws every block-quantized
+    matrix from a pool of random blocks (_pooled_blocks: speed shapes only); vocab_from copies the
+    tokenizer of another GGUF in place of the random one (a real shape must have its vocabulary
+    size; the tiny shape takes it); chat_template is written as tokenizer.chat_template."""
     s = shape_of(family, shape)
     if window is not None:
         if not s.window:
@@ -388,6 +486,14 @@ def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=No
         if not 1 <= int(layers) <= s.n_layer:
             raise ValueError(f"--layers {layers}: {family} {shape} has 1 to {s.n_layer}")
         s = dataclasses.replace(s, n_layer=int(layers))
+    vocab_file = None
+    if vocab_from is not None:
+        # A tiny shape takes the copied vocabulary's size; a real one must have it already.
+        vocab_file, n_vocab = read_vocab(vocab_from)
+        if shape == "tiny":
+            s = dataclasses.replace(s, n_vocab=n_vocab)
+        elif n_vocab != s.n_vocab:
+            raise ValueError(f"{vocab_from}: {n_vocab} tokens, {shape} has a vocabulary of {s.n_vocab}")
     qt = TYPES[qtype] if isinstance(qtype, str) else Q(qtype)
     if qt not in FILE_TYPES:
         raise ValueError(f"unsupported type {qtype!r} (one of {', '.join(TYPES)})")
@@ -406,6 +512,8 @@ def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=No
         name += f"-layers{s.n_layer}"
     if expert_type is not None:
         name += f"-experts{eqt.name.lower()}"
+    if block_pool:
+        name += "-pooled"
     if pooling is not None:
         name += f"-pooling{pooling}"
         w.add_pooling_type(POOLING[pooling])
@@ -448,19 +556,12 @@ def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=No
         w.add_embedding_scale(s.embedding_scale)
         w.add_residual_scale(s.residual_scale)
         w.add_logit_scale(s.logit_scale)
-    toks, types, ids = vocab(arch, s.n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(toks)
-    w.add_token_scores([-float(k) for k in range(s.n_vocab)])
-    w.add_token_types(types)
-    w.add_bos_token_id(ids["bos"])
-    w.add_eos_token_id(ids["eos"])
-    w.add_unk_token_id(ids["unk"])
-    if "pad" in ids:
-        w.add_pad_token_id(ids["pad"])
-    if arch == "gemma3":  # as Gemma's GGUF says
-        w.add_add_bos_token(True)
-        w.add_add_space_prefix(False)
+    if vocab_file is not None:
+        copy_vocab(w, vocab_file)
+    else:
+        write_random_vocab(w, arch, s.n_vocab)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     specs = [(n, shp, kind, scale, tensor_type(n, shp, qt, eqt)) for n, shp, kind, scale in tensor_specs(s)]
     for name, shp, kind, scale, t in specs:
@@ -475,9 +576,27 @@ def write_family_gguf(path, family, shape="tiny", qtype="f32", seed=0, window=No
     w.write_ti_data_to_file()
     for name, shp, kind, scale, t in specs:
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        w.write_tensor_data(_encode(rng, shp, kind, scale, t))
+        pooled = block_pool and len(shp) > 1 and t not in (Q.F32, Q.F16)
+        w.write_tensor_data(_pooled_blocks(rng, shp, kind, scale, t) if pooled else _encode(rng, shp, kind, scale, t))
     w.close()
     return s
+
+
+def write_random_vocab(w, arch, n_vocab):
+    """The SentencePiece-style vocabulary of vocab(), with its special ids."""
+    toks, types, ids = vocab(arch, n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores([-float(k) for k in range(n_vocab)])
+    w.add_token_types(types)
+    w.add_bos_token_id(ids["bos"])
+    w.add_eos_token_id(ids["eos"])
+    w.add_unk_token_id(ids["unk"])
+    if "pad" in ids:
+        w.add_pad_token_id(ids["pad"])
+    if arch == "gemma3":  # as Gemma's GGUF says
+        w.add_add_bos_token(True)
+        w.add_add_space_prefix(False)
 
 
 def main():
@@ -492,10 +611,19 @@ def main():
     ap.add_argument("--expert-type", choices=list(EXPERT_TYPES),
                     help="type of the 3-D expert tensors (default: --type; gpt-oss: mxfp4)")
     ap.add_argument("--pooling", choices=list(POOLING), help="an embedding model: its pooling_type")
+    ap.add_argument("--block-pool", action="store_true",
+                    help="draw block-quantized matrices from a pool of random blocks (seconds, for speed shapes)")
+    ap.add_argument("--vocab-from", metavar="GGUF", help="copy this GGUF's tokenizer (e.g. models/o200k-harmony-vocab.gguf)")
+    ap.add_argument("--chat-template", metavar="FILE", help="write this Jinja file as tokenizer.chat_template")
     a = ap.parse_args()
     try:
-        s = write_family_gguf(a.out, a.family, a.shape, a.type, a.seed, a.window, a.layers, a.expert_type, a.pooling)
-    except ValueError as e:
+        template = None
+        if a.chat_template:
+            with open(a.chat_template, encoding="utf-8") as f:
+                template = f.read()
+        s = write_family_gguf(a.out, a.family, a.shape, a.type, a.seed, a.window, a.layers, a.expert_type, a.pooling,
+                              a.block_pool, a.vocab_from, template)
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     moe = f", {s.n_expert} experts, {s.n_expert_used} used" if s.n_expert else ""

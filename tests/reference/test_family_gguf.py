@@ -19,7 +19,7 @@ try:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gguf
     from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES
-    from family_gguf import FAMILIES, MOE_FAMILIES, REAL_SHAPES, TINY, write_family_gguf
+    from family_gguf import FAMILIES, MOE_FAMILIES, REAL_SHAPES, TINY, read_kv, write_family_gguf
     from ref_forward import RefModel, swiglu_oai
 except ImportError as e:
     print(f"SKIP: needs numpy and gguf ({e}); run scripts/setup.sh")
@@ -226,6 +226,73 @@ class FamilyModels(unittest.TestCase):
         s = REAL_SHAPES["gpt-oss-20b"]
         self.assertEqual((s.window, s.rope_base, s.yarn_factor, s.yarn_orig_ctx, s.ctx),
                          (128, 150000.0, 32.0, 4096, 131072))
+
+
+class PooledBlocksAndCopiedVocab(unittest.TestCase):
+    """family_gguf.py --block-pool (bench/compare.py's speed shapes) and --vocab-from, beside the
+    float path, which stays byte for byte what the peer's recordings were made from."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.float_path = os.path.join(cls.dir.name, "float.gguf")
+        cls.pooled_path = os.path.join(cls.dir.name, "pooled.gguf")
+        write_family_gguf(cls.float_path, "gpt-oss", "tiny", "q8_0", seed=0)
+        write_family_gguf(cls.pooled_path, "gpt-oss", "tiny", "q8_0", seed=0, block_pool=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_float_path_is_the_recorded_model(self):
+        import json
+        here = os.path.dirname(os.path.abspath(__file__))
+        with open(os.path.join(here, "..", "data", "peer_greedy_gpt_oss.json")) as f:
+            recorded = json.load(f)["model"]
+        self.assertEqual(recorded["recipe"]["shape"], "tiny")
+        with open(self.float_path, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), recorded["sha256"])
+
+    def test_pooled_blocks_have_the_float_paths_types_and_sizes(self):
+        want = {t.name: (t.tensor_type, t.n_bytes) for t in GGUFReader(self.float_path).tensors}
+        got = {t.name: (t.tensor_type, t.n_bytes) for t in GGUFReader(self.pooled_path).tensors}
+        self.assertEqual(got, want)
+        self.assertEqual(want["blk.0.ffn_up_exps.weight"][0], gguf.GGMLQuantizationType.MXFP4)
+
+    def test_pooled_values_look_like_quantized_draws(self):
+        from gguf.quants import dequantize
+        fl = {t.name: t for t in GGUFReader(self.float_path).tensors}
+        po = {t.name: t for t in GGUFReader(self.pooled_path).tensors}
+        for name in ("blk.0.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight", "blk.0.attn_q.weight", "output.weight"):
+            a = dequantize(np.asarray(fl[name].data), fl[name].tensor_type)
+            b = dequantize(np.asarray(po[name].data), po[name].tensor_type)
+            self.assertAlmostEqual(float(b.std()) / float(a.std()), 1.0, delta=0.1, msg=name)
+            self.assertLess(abs(float(b.mean())), 0.1 * float(a.std()), name)
+        # Norms, biases, sinks and routers are drawn as always.
+        for name in ("blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.weight", "blk.0.attn_norm.weight"):
+            np.testing.assert_array_equal(np.asarray(po[name].data), np.asarray(fl[name].data), name)
+
+    def test_pooled_is_seeded(self):
+        again = os.path.join(self.dir.name, "again.gguf")
+        write_family_gguf(again, "gpt-oss", "tiny", "q8_0", seed=0, block_pool=True)
+        with open(again, "rb") as f, open(self.pooled_path, "rb") as g:
+            self.assertEqual(f.read(), g.read())
+
+    def test_vocab_from(self):
+        vocab = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "o200k-harmony-vocab.gguf")
+        if not os.path.exists(vocab):
+            self.skipTest("no models/o200k-harmony-vocab.gguf (scripts/setup.sh --models all)")
+        p = os.path.join(self.dir.name, "o200k.gguf")
+        write_family_gguf(p, "gpt-oss", "tiny", "q8_0", seed=0, vocab_from=vocab, chat_template="{{ x }}")
+        kv, want = read_kv(p), read_kv(vocab)
+        for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.pre",
+                    "tokenizer.ggml.eos_token_id"):
+            self.assertEqual(kv[key], want[key], key)
+        self.assertEqual(kv["tokenizer.ggml.tokens"][1][200005], "<|channel|>")
+        self.assertEqual(kv["tokenizer.chat_template"][1], "{{ x }}")
+        self.assertEqual(kv["gpt-oss.embedding_length"][1], 64)
+        with self.assertRaises(ValueError):  # a real shape keeps its own vocabulary size
+            write_family_gguf(p, "qwen3moe", "qwen3-30b-a3b", "q8_0", layers=1, vocab_from=vocab)
 
 
 class ReferenceReadsFamilies(unittest.TestCase):
