@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target with clang (ASan + UBSan, in build-fuzz: the build that
-# scripts/sanitize.sh runs the suite in, so after it only the targets link) and runs each for a
+# Builds every libFuzzer target with clang (ASan + UBSan, in build-fuzz) and runs each for a
 # bounded time from its seed corpus; a crash, leak, sanitizer report, over-long input (-timeout)
 # or memory blow-up (-rss_limit_mb) fails. The targets and their seeds, dictionaries and input
 # lengths come from tests/CMakeLists.txt (tandem_fuzz_target), so new targets run unchanged.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds tandem with AddressSanitizer + UndefinedBehaviorSanitizer in build-fuzz and runs the
+# Builds tandem with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan and runs the
 # CTest suite there (unit tests, CLI checks, the reference and server tests, which run the
 # sanitized tandem binary). Any sanitizer report fails: UBSan aborts (no recovery), and every
-# process writes its reports under build-fuzz/sanitizer-logs, so a report from a child process
+# process writes its reports under build-asan/sanitizer-logs, so a report from a child process
 # (tandem serve under the Python server tests) fails this script even if its test passed.
 #   scripts/sanitize.sh [ctest arguments, e.g. -R Scheduler]
 #   SANITIZE_EXCLUDE=regex  tests to leave out (ctest -E); by default the three slowest numeric
@@ -12,13 +12,11 @@
 #     reference_logits_families and server_openai drive the same forward passes. SANITIZE_EXCLUDE= (empty) runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The fuzz targets' build (clang, sanitized and coverage-instrumented, scripts/fuzz.sh): one
-# sanitized build serves both, where two (gcc ASan, clang fuzz) cost CI two builds of the
-# whole library on 2 cores. That configuration has CUDA and MPI off: the release build
-# compiles and tests the CUDA backend and runs the tensor-parallel tests under mpirun (Open
-# MPI's own allocations would drown LeakSanitizer's reports); this one checks the host code.
-build=build-fuzz
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DTANDEM_FUZZ=ON >/dev/null
+build=build-asan
+# CUDA off: the release build compiles and tests the CUDA backend; this one checks the host code the CPU runs.
+# MPI off too: the release build runs the tensor-parallel tests under mpirun (Open MPI's own
+# allocations would drown LeakSanitizer's reports).
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF -DTANDEM_MPI=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target tandem tandem_tests tandem_backend_tests
 
 logs="$PWD/$build/sanitizer-logs"
