@@ -1,5 +1,7 @@
 #include "apps/serve_disaggregated.h"
 
+#include <cmath>
+
 #include <fmt/core.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -8,15 +10,15 @@
 
 namespace tandem::apps {
 
-Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a) {
+Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a, int ranks) {
   if (a.tensor_parallel > 1)
     return make_error("--disaggregate with --tensor-parallel {}: each disaggregated rank holds the whole model; splitting a "
                       "role over several ranks may come later", a.tensor_parallel);
   if (a.draft_model)
     return make_error("--disaggregate with --draft-model: the draft model would need its own K,V of each prompt on the "
                       "decode rank (not yet); prompt lookup (--speculative lookup) works");
-  const std::shared_ptr<Collectives> world = mpi_world();
-  const int ranks = world ? world->size() : 1;
+  if (!(a.rank_timeout > 0) || !std::isfinite(a.rank_timeout))
+    return make_error("--disaggregate with --rank-timeout {}: give the seconds a rank may stay silent, more than 0", a.rank_timeout);
   if (ranks < 2)
     return make_error("--disaggregate {}: this process is not an MPI job of several ranks; start it as mpirun -np N tandem "
                       "serve ... --disaggregate P:D (P + D = N){}", a.spec, mpi_built() ? "" : " with tandem built with MPI");
@@ -27,6 +29,11 @@ Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a) 
   o.n_decode = split.n_decode;
   o.peer_timeout_s = a.rank_timeout;
   return o;
+}
+
+Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a) {
+  const std::shared_ptr<Collectives> world = mpi_world();
+  return disaggregation_options(a, world ? world->size() : 1);
 }
 
 Status check_disaggregated_backend(const Model& model) {

@@ -20,8 +20,10 @@ struct DisaggregateArgs {
   bool draft_model = false;  // --draft-model given (refused beside it)
 };
 
-// The options for this job, or an error a user can act on (wrong rank count, tensor
-// parallelism or a draft model beside it, not under mpirun).
+// The options for a job of `n_ranks` ranks, or an error a user can act on (a malformed P:D,
+// P + D not the job's ranks, tensor parallelism or a draft model beside it, not under mpirun).
+Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a, int n_ranks);
+// The same for this process's job (MPI_COMM_WORLD's ranks; 1 outside mpirun).
 Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a);
 
 // The CPU backend's KV lives in host memory MPI can send from; an error for another backend.

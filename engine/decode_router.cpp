@@ -85,8 +85,8 @@ void DecodeRouter::receive_from(Rank& r) {
   while (auto raw = link_.receive(r.state.rank)) {
     r.heard_at = now();
     auto m = HandoffMessage::decode(raw->bytes);
-    if (!m) return mark_down(r, fmt::format("prefill rank {} sent a message that does not parse", r.state.rank));
-    handle(r, *m);
+    if (!m.ok()) return mark_down(r, fmt::format("prefill rank {} sent a message that does not parse ({})", r.state.rank, m.error().message));
+    handle(r, m.value());
     if (!r.state.up) return;
   }
 }

@@ -1,6 +1,9 @@
 // The control messages of disaggregated serving (engine/disaggregation.h), as bytes for a
 // PeerLink (backend/peer_link.h). One record for every kind, every field always written in
-// one order, so a reader needs no per-kind layout; a message that does not parse is refused.
+// one order after a magic number and the kind, so a reader needs no per-kind layout
+// (engine/handoff_codec.h). A message that does not parse is refused with an error naming what
+// is wrong: a buffer cut short or longer than its fields, an unknown kind, a count that does
+// not fit, a negative block index.
 //
 //   router -> prefill rank: Prefill (a prompt to compute; its K,V from block first_block on
 //            go to the router's decode rank), Cancel, Heartbeat, Stop
@@ -11,10 +14,11 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "core/error.h"
 
 namespace tandem {
 
@@ -33,8 +37,10 @@ struct HandoffMessage {
   int64_t blocks_sent = 0, bytes_sent = 0;  // Heartbeat: KV payloads sent so far
   double busy_s = 0;                        // Heartbeat: seconds in forward passes so far
 
+  static constexpr uint32_t kMagic = 0x484b5654;  // "TVKH" in memory: a tandem hand-off message
   std::vector<uint8_t> encode() const;
-  static std::optional<HandoffMessage> decode(std::span<const uint8_t> bytes);
+  // The message in `bytes`, or why they are not one.
+  static Result<HandoffMessage> decode(std::span<const uint8_t> bytes);
 };
 
 }  // namespace tandem

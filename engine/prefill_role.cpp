@@ -41,7 +41,11 @@ Status PrefillRole::run() {
   for (;;) {
     while (auto raw = link_.receive(router_)) {
       heard_at_ = now();
-      if (auto m = HandoffMessage::decode(raw->bytes)) handle(*m);
+      auto m = HandoffMessage::decode(raw->bytes);
+      if (!m.ok())
+        return make_error("prefill rank {}: the router (rank {}) sent a message that does not parse ({})", link_.rank(), router_,
+                          m.error().message);
+      handle(m.value());
     }
     if (now() - heard_at_ > opts_.peer_timeout_s)
       return make_error("prefill rank {}: the router (rank {}) sent nothing for {:.0f} s: it died or stopped answering",
