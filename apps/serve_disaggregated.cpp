@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/mpi/mpi_collectives.h"
+#include "engine/decode_role.h"
 #include "engine/prefill_role.h"
 
 namespace tandem::apps {
@@ -43,13 +44,22 @@ Status check_disaggregated_backend(const Model& model) {
   return Status::Ok();
 }
 
-int run_prefill_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so,
-                     const DisaggregationOptions& o) {
-  fmt::print(stderr, "tandem serve: rank {} prefills ({} prefill, {} decode rank{}; rank 0 routes and decodes)\n", link.rank(),
-             o.n_prefill, o.n_decode, o.n_decode == 1 ? "" : "s");
+int run_role_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so, const DisaggregationOptions& o) {
+  const bool prefill = link.rank() <= o.n_prefill;
+  fmt::print(stderr, "tandem serve: rank {} {} ({} prefill rank{} 1..{}, {} decode rank{}: 0{}; rank 0 routes)\n", link.rank(),
+             prefill ? "prefills" : "decodes", o.n_prefill, o.n_prefill == 1 ? "" : "s", o.n_prefill, o.n_decode,
+             o.n_decode == 1 ? "" : "s",
+             o.n_decode == 1 ? "" : o.n_decode == 2 ? fmt::format(", {}", o.n_prefill + 1)
+                                                    : fmt::format(", {}..{}", o.n_prefill + 1, o.n_prefill + o.n_decode - 1));
   std::fflush(stderr);
-  PrefillRole role(model, pool, link, so, o);
-  const Status st = role.run();
+  Status st = Status::Ok();
+  if (prefill) {
+    PrefillRole role(model, pool, link, so, o);
+    st = role.run();
+  } else {
+    DecodeRole role(model, pool, link, so, o);
+    st = role.run();
+  }
   if (st.ok()) return 0;
   fmt::print(stderr, "tandem serve: {}\n", st.error().message);
   std::fflush(stderr);

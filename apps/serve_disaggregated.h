@@ -1,6 +1,6 @@
 // `tandem serve --disaggregate P:D` (engine/disaggregation.h): the checks before any rank loads
-// the model, and the loop of a prefill rank (ranks 1..P; rank 0 serves HTTP, routes and
-// decodes through the serving loop).
+// the model, and the loops of the ranks without HTTP: prefill ranks 1..P and decode ranks
+// P+1..P+D-1 (rank 0 serves HTTP, routes and decodes through the serving loop).
 #pragma once
 
 #include <memory>
@@ -29,8 +29,8 @@ Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a);
 // The CPU backend's KV lives in host memory MPI can send from; an error for another backend.
 Status check_disaggregated_backend(const Model& model);
 
-// Ranks 1..P: serve the router until it stops; the process's exit code.
-int run_prefill_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so,
-                     const DisaggregationOptions& o);
+// Ranks 1..P (prefill) and P+1..P+D-1 (decode): serve the router until it stops; the
+// process's exit code.
+int run_role_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so, const DisaggregationOptions& o);
 
 }  // namespace tandem::apps

@@ -33,10 +33,6 @@ DisaggregateSplit parse_disaggregate(const std::string& spec, int n_ranks) {
   if ((int64_t)s.n_prefill + s.n_decode != n_ranks)
     return {0, 0, fmt::format("--disaggregate {}: {} + {} ranks, but this job has {}; start it as mpirun -np {} tandem serve ...",
                               spec, s.n_prefill, s.n_decode, n_ranks, (int64_t)s.n_prefill + s.n_decode)};
-  if (s.n_decode != 1)
-    return {0, 0, fmt::format("--disaggregate {}: one decode rank for now (rank 0, beside the router); more decode "
-                              "ranks would need the router to forward tokens from them (not yet): use {}:1",
-                              spec, n_ranks - 1)};
   return s;
 }
 

@@ -1,6 +1,7 @@
 // A prefill rank of disaggregated serving (engine/disaggregation.h): a Scheduler of
 // prefill_only sequences (chunked prefill, its own prefix cache, fairness between tenants,
-// preemption) whose finished blocks stream to the router's decode rank after every pass.
+// preemption) whose finished blocks stream after every pass to the decode rank the router
+// chose for each request (rank 0, or another decode rank).
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,7 @@ class PrefillRole {
  private:
   struct Job {  // one request on this rank
     int64_t router_id = 0;
+    int decode_rank = 0;  // where its blocks and last row go
     int64_t n_prompt = 0, skip_blocks = 0, next_block = 0;
     double added_at = 0, started_at = -1;
   };

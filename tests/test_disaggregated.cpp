@@ -1,6 +1,9 @@
 // Disaggregated serving (engine/disaggregation.h) under mpirun: rank 0 runs the serving loop as
-// router and decode rank, the others are prefill ranks that stream each prompt's KV blocks to
-// it. A request's greedy tokens and log-probabilities must equal the colocated serving loop's
+// router and decode rank, ranks 1..P are prefill ranks that stream each prompt's KV blocks to
+// the decode rank chosen for it, ranks P+1.. are further decode ranks (`--disaggregate=P:D` on
+// the command line; default: every rank but 0 prefills). With several decode ranks each request
+// runs once per decode rank (the router takes turns between idle ones), so every test checks
+// every decode rank. A request's greedy tokens and log-probabilities must equal the colocated serving loop's
 // on the same model (the decode rank reads the bytes the prefill rank wrote, and samples the
 // first token from the row it sent): with and without prefix-cache hits, with q8_0 KV, with a
 // grammar and with lookup speculation. Cancelling mid-prefill and mid-transfer leaves no block
@@ -20,6 +23,7 @@
 #include "backend/mpi/mpi_peer_link.h"
 #include "engine/grammar/gbnf_parser.h"
 #include "engine/grammar/token_mask.h"
+#include "engine/decode_role.h"
 #include "engine/prefill_role.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
@@ -33,6 +37,7 @@ namespace {
 std::shared_ptr<Collectives> g_world;
 std::unique_ptr<PeerLink> g_link;
 bool g_killed_rank_ran = false;
+int g_n_prefill = 0;  // --disaggregate=P:D's P (0: every rank but rank 0)
 
 // What rank 0 asks the prefill ranks to serve next.
 struct Job {
@@ -62,15 +67,30 @@ Served load(const Job& j, int64_t blocks = 256) {
   return {std::move(m.value()), std::move(p.value())};
 }
 
+int n_prefill() { return g_n_prefill > 0 ? g_n_prefill : g_link->size() - 1; }
+int n_decode() { return g_link->size() - n_prefill(); }
+
 DisaggregationOptions disagg_options(const Job& j) {
   DisaggregationOptions o;
-  o.n_prefill = g_link->size() - 1;
+  o.n_prefill = n_prefill();
+  o.n_decode = n_decode();
   o.peer_timeout_s = j.rank_timeout_s;
   o.heartbeat_s = 0.2;
   return o;
 }
 
-// Ranks 1..N-1: serve each job's prompts until the router stops them.
+// A decode rank's scheduler options: those of rank 0's loop in the tests (the token masker for
+// grammars; lookup speculation is the request's own).
+SchedulerOptions decode_options(const Job& j, const Model& m) {
+  SchedulerOptions so;
+  so.max_batch_tokens = j.batch_tokens;
+  auto tok = Tokenizer::from_gguf(m.gguf());
+  if (tok.ok()) so.masker = grammar::TokenMasker::for_tokenizer(*tok.value(), tok.value()->vocab().end_of_generation);
+  return so;
+}
+
+// Ranks 1..N-1: serve each job's prompts (prefill ranks) or requests (decode ranks) until the
+// router stops them.
 int serve_jobs() {
   for (;;) {
     Job j;
@@ -83,10 +103,16 @@ int serve_jobs() {
       }).detach();
     Served s = load(j);
     if (!s.model) return 1;
-    SchedulerOptions so;
-    so.max_batch_tokens = j.batch_tokens;
-    PrefillRole role(*s.model, *s.pool, *g_link, so, disagg_options(j));
-    const Status st = role.run();
+    Status st = Status::Ok();
+    if (g_link->rank() <= n_prefill()) {
+      SchedulerOptions so;
+      so.max_batch_tokens = j.batch_tokens;
+      PrefillRole role(*s.model, *s.pool, *g_link, so, disagg_options(j));
+      st = role.run();
+    } else {
+      DecodeRole role(*s.model, *s.pool, *g_link, decode_options(j, *s.model), disagg_options(j));
+      st = role.run();
+    }
     if (!st.ok()) std::fprintf(stderr, "rank %d: %s\n", g_link->rank(), st.error().message.c_str());
     if (j.exit_after) std::_Exit(st.ok() ? 0 : 1);
   }
@@ -166,19 +192,33 @@ class Disaggregated : public testing::Test {
     ASSERT_TRUE(s.model);
     server::Metrics metrics;
     server::ServingLoop loop(*s.model, *s.pool, so, metrics, {g_link.get(), disagg_options(job)});
-    for (const RequestParams& p : requests) split.push_back(run_one(loop, p));
-    for (size_t i = 0; i < requests.size(); i++) {
-      SCOPED_TRACE(testing::Message() << "request " << i);
+    // Once per decode rank: idle decode ranks take turns, so each runs every request.
+    for (int round = 0; round < n_decode(); round++)
+      for (const RequestParams& p : requests) split.push_back(run_one(loop, p));
+    for (size_t i = 0; i < split.size(); i++) {
+      const size_t c = i % requests.size();
+      SCOPED_TRACE(testing::Message() << "request " << c << ", round " << i / requests.size());
       EXPECT_EQ(split[i].error, "");
-      EXPECT_EQ(split[i].finish, colocated[i].finish);
+      EXPECT_EQ(split[i].finish, colocated[c].finish);
       EXPECT_FALSE(split[i].tokens.empty());
-      EXPECT_EQ(split[i].tokens, colocated[i].tokens);
-      EXPECT_EQ(split[i].logprobs, colocated[i].logprobs);
-      EXPECT_EQ(split[i].top, colocated[i].top);
+      EXPECT_EQ(split[i].tokens, colocated[c].tokens);
+      EXPECT_EQ(split[i].logprobs, colocated[c].logprobs);
+      EXPECT_EQ(split[i].top, colocated[c].top);
     }
     cached_ = split;
-    const std::string m = metrics.render();
-    EXPECT_NE(m.find("tandem_kv_handoffs_total{role=\"decode\",rank=\"0\"} " + std::to_string(requests.size())), std::string::npos) << m;
+    auto rs = loop.router_stats();
+    ASSERT_TRUE(rs);
+    ASSERT_EQ(rs->decoders.size(), (size_t)n_decode());
+    int64_t routed = 0;
+    for (const DecodeRankState& d : rs->decoders) {
+      EXPECT_GE(d.routed, (int64_t)requests.size()) << "decode rank " << d.rank;
+      routed += d.routed;
+    }
+    EXPECT_EQ(routed, (int64_t)split.size());
+    if (n_decode() == 1) {
+      const std::string m = metrics.render();
+      EXPECT_NE(m.find("tandem_kv_handoffs_total{role=\"decode\",rank=\"0\"} " + std::to_string(requests.size())), std::string::npos) << m;
+    }
   }
   std::vector<Outcome> cached_;  // the disaggregated outcomes of the last expect_same
 };
@@ -239,6 +279,18 @@ void expect_no_blocks_held(server::ServingLoop& loop, const BlockPool& pool) {
   ASSERT_TRUE(rs);
   EXPECT_EQ(rs->in_flight, 0);
   for (const PrefillRankState& r : rs->ranks) EXPECT_EQ(r.used_blocks, 0) << "prefill rank " << r.rank;
+  for (const DecodeRankState& d : rs->decoders) {
+    EXPECT_EQ(d.used_blocks, 0) << "decode rank " << d.rank;
+    EXPECT_EQ(d.requests, 0) << "decode rank " << d.rank;
+  }
+}
+
+// KV blocks the decode ranks have received (rank 0's now, the others' as of their last heartbeat).
+int64_t blocks_received(const server::ServingLoop& loop) {
+  int64_t n = 0;
+  const std::optional<RouterStats> rs = loop.router_stats();
+  for (const DecodeRankState& d : rs->decoders) n += d.blocks_received;
+  return n;
 }
 
 TEST_F(Disaggregated, CancelMidPrefillAndMidTransferLeavesNoBlocks) {
@@ -255,21 +307,26 @@ TEST_F(Disaggregated, CancelMidPrefillAndMidTransferLeavesNoBlocks) {
   so.max_batch_tokens = j.batch_tokens;
   server::Metrics metrics;
   server::ServingLoop loop(*s.model, *s.pool, so, metrics, {g_link.get(), disagg_options(j)});
-  for (bool mid_transfer : {false, true}) {
-    SCOPED_TRACE(mid_transfer ? "mid-transfer" : "mid-prefill");
-    const int64_t received_before = loop.router_stats()->blocks_received;
+  // Each way on each decode rank: the router takes turns between idle decode ranks (with two,
+  // mid-prefill and mid-transfer on rank 0, then on the other).
+  std::vector<bool> ways{false, true};
+  if (n_decode() == 2) ways = {false, true, true, false};
+  int round = 0;
+  for (bool mid_transfer : ways) {
+    SCOPED_TRACE(testing::Message() << (mid_transfer ? "mid-transfer" : "mid-prefill") << ", round " << round);
+    const int64_t received_before = blocks_received(loop);
     auto finished = std::make_shared<std::promise<FinishReason>>();
     std::promise<int64_t> accepted;
     RequestParams p = greedy(prompt);
-    p.cache_scope = mid_transfer ? "b" : "a";  // no prefix hit from the first round
+    p.cache_scope = std::to_string(round++);  // no prefix hit from an earlier round
     loop.submit(p, [finished](const SeqEvent& e) { return e.finish != FinishReason::None ? finished->set_value(e.finish), true : true; },
                 [&](Result<int64_t> id) { accepted.set_value(id.ok() ? id.value() : -1); });
     const int64_t id = accepted.get_future().get();
     ASSERT_GT(id, 0);
     if (mid_transfer)  // some of its blocks have landed, more are coming
-      for (int i = 0; i < 5000 && loop.router_stats()->blocks_received == received_before; i++)
+      for (int i = 0; i < 5000 && blocks_received(loop) == received_before; i++)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    EXPECT_EQ(mid_transfer, loop.router_stats()->blocks_received > received_before);
+    EXPECT_EQ(mid_transfer, blocks_received(loop) > received_before);
     loop.cancel(id);
     EXPECT_EQ(finished->get_future().get(), FinishReason::Cancelled);
     expect_no_blocks_held(loop, *s.pool);
@@ -316,6 +373,8 @@ TEST_F(Disaggregated, DISABLED_KilledPrefillRankFailsOnlyItsRequests) {
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; i++)
+    if (std::strncmp(argv[i], "--disaggregate=", 15) == 0) tandem::test::g_n_prefill = std::atoi(argv[i] + 15);
   tandem::test::g_world = tandem::mpi_world();
   tandem::test::g_link = tandem::mpi_peer_link();
   auto& w = tandem::test::g_world;

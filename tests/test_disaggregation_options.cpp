@@ -28,7 +28,7 @@ TEST(DisaggregationOptions, ValidSplits) {
   ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->n_prefill, 1);
   EXPECT_EQ(o->n_decode, 1);
-  o = apps::disaggregation_options(args("3:1"), 4);
+  o = apps::disaggregation_options(args("3:1"), 4);  // ranks 1..3 prefill, rank 0 decodes
   ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->n_prefill, 3);
   EXPECT_EQ(o->n_decode, 1);
@@ -91,8 +91,15 @@ TEST(DisaggregationOptions, RankTimeoutMustBePositive) {
   }
 }
 
-TEST(DisaggregationOptions, MoreThanOneDecodeRankIsRefusedForNow) {
-  EXPECT_NE(refusal(args("1:2"), 3).find("one decode rank for now"), std::string::npos) << refusal(args("1:2"), 3);
+TEST(DisaggregationOptions, SeveralDecodeRanks) {
+  auto o = apps::disaggregation_options(args("1:2"), 3);
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->n_prefill, 1);
+  EXPECT_EQ(o->n_decode, 2);
+  o = apps::disaggregation_options(args("2:3"), 5);
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->n_decode, 3);
+  EXPECT_NE(refusal(args("1:2"), 2).find("1 + 2 ranks, but this job has 2"), std::string::npos) << refusal(args("1:2"), 2);
 }
 
 TEST(HandoffCost, WholeBlocksOfEveryLayer) {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine/handoff_message.h"
+#include "engine/scheduler.h"
 
 namespace tandem {
 namespace {
@@ -26,6 +27,14 @@ HandoffMessage full(Kind kind) {
   m.logits = {-1.5f, 0.f, 3.25f, std::numeric_limits<float>::lowest()};
   m.block_bytes = 18432, m.used_blocks = 7, m.total_blocks = 256, m.queued_tokens = 900;
   m.blocks_sent = 11, m.bytes_sent = 11 * 18432, m.busy_s = 4.75;
+  m.running = 5, m.handoffs = 12, m.peer = 3;
+  m.request = {1, 2, 3, 250};
+  // Two tokens, the first with two alternatives, the second with none; then the finish.
+  m.ev_tokens = {17, 9}, m.ev_logprobs = {-0.5f, -2.f}, m.ev_top_n = {2, 0};
+  m.ev_top_ids = {17, 4}, m.ev_top_logprobs = {-0.5f, -1.25f};
+  m.finish = (uint8_t)FinishReason::Stop, m.finish_flags = 1;
+  m.n_prompt = 40, m.n_generated = 2, m.n_preemptions = 1;
+  m.transfer_s = 0.002, m.stream_s = 0.125;
   return m;
 }
 
@@ -49,10 +58,29 @@ void expect_same(const HandoffMessage& a, const HandoffMessage& b) {
   EXPECT_EQ(a.blocks_sent, b.blocks_sent);
   EXPECT_EQ(a.bytes_sent, b.bytes_sent);
   EXPECT_EQ(a.busy_s, b.busy_s);
+  EXPECT_EQ(a.running, b.running);
+  EXPECT_EQ(a.handoffs, b.handoffs);
+  EXPECT_EQ(a.peer, b.peer);
+  EXPECT_EQ(a.request, b.request);
+  EXPECT_EQ(a.ev_tokens, b.ev_tokens);
+  EXPECT_EQ(a.ev_logprobs, b.ev_logprobs);
+  EXPECT_EQ(a.ev_top_n, b.ev_top_n);
+  EXPECT_EQ(a.ev_top_ids, b.ev_top_ids);
+  EXPECT_EQ(a.ev_top_logprobs, b.ev_top_logprobs);
+  EXPECT_EQ(a.finish, b.finish);
+  EXPECT_EQ(a.finish_flags, b.finish_flags);
+  EXPECT_EQ(a.n_prompt, b.n_prompt);
+  EXPECT_EQ(a.n_generated, b.n_generated);
+  EXPECT_EQ(a.n_preemptions, b.n_preemptions);
+  EXPECT_EQ(a.transfer_s, b.transfer_s);
+  EXPECT_EQ(a.stream_s, b.stream_s);
 }
 
-const Kind kAllKinds[] = {Kind::Prefill, Kind::Cancel, Kind::Heartbeat, Kind::Stop, Kind::Hello,
-                          Kind::Blocks,  Kind::Done,   Kind::Ended,     Kind::Stopped};
+const Kind kAllKinds[] = {Kind::Prefill, Kind::Cancel,   Kind::Heartbeat, Kind::Stop,     Kind::Hello,
+                          Kind::Blocks,  Kind::Done,     Kind::Ended,     Kind::Stopped,  Kind::Decode,
+                          Kind::Reserved, Kind::Events,  Kind::PeerDown,  Kind::Computed};
+
+TEST(HandoffMessage, EveryKindIsListed) { EXPECT_EQ(std::size(kAllKinds), (size_t)HandoffMessage::kLastKind); }
 
 TEST(HandoffMessage, EveryKindRoundTrips) {
   for (Kind k : kAllKinds) {
@@ -115,7 +143,7 @@ TEST(HandoffMessage, WrongMagicAndUnknownKindsAreRefused) {
   std::vector<uint8_t> other = bytes;
   other[0] ^= 0xff;
   EXPECT_NE(decode_error(other).find("not one"), std::string::npos) << decode_error(other);
-  for (uint8_t kind : {0, 10, 255}) {
+  for (uint8_t kind : {0, (int)HandoffMessage::kLastKind + 1, 255}) {
     other = bytes;
     other[4] = kind;
     EXPECT_NE(decode_error(other).find("unknown kind " + std::to_string(kind)), std::string::npos) << decode_error(other);
@@ -170,6 +198,34 @@ TEST(HandoffMessage, ImpossibleValuesAreRefused) {
   refused(m, "without a prompt");
   m = full(Kind::Hello), m.block_bytes = 0;
   refused(m, "blocks of 0 bytes");
+  m = full(Kind::Decode), m.request.clear();
+  refused(m, "without its request");
+  m = full(Kind::PeerDown), m.peer = -1;
+  refused(m, "field 'peer' is negative");
+}
+
+// An Events message's arrays must agree, or reading its alternatives would run past them.
+TEST(HandoffMessage, InconsistentEventsAreRefused) {
+  auto refused = [](HandoffMessage m, const std::string& why) {
+    const std::string e = decode_error(m.encode());
+    EXPECT_NE(e.find(why), std::string::npos) << "got: " << e;
+  };
+  HandoffMessage m = full(Kind::Events);
+  m.ev_logprobs.pop_back();
+  refused(m, "of 2 tokens with 1 logprobs and 2 counts");
+  m = full(Kind::Events), m.ev_top_n = {3, 0};
+  refused(m, "counting 3 alternatives but holding 2 ids and 2 logprobs");
+  m = full(Kind::Events), m.ev_top_n = {-1, 3};
+  refused(m, "with -1 alternatives");
+  m = full(Kind::Events), m.ev_top_ids.pop_back();
+  refused(m, "holding 1 ids");
+  m = full(Kind::Events), m.finish = 9;
+  refused(m, "finish reason 9");
+  m = HandoffMessage{}, m.kind = Kind::Events;
+  refused(m, "no token and no finish");
+  // Anything else in another kind's arrays is no one's business.
+  m = full(Kind::Heartbeat), m.ev_top_n = {3, 0};
+  EXPECT_EQ(decode_error(m.encode()), "");
 }
 
 // Bytes that were never a message: whatever they hold, decode answers (an error) without
@@ -179,7 +235,7 @@ TEST(HandoffMessage, GarbageIsRefused) {
   for (int round = 0; round < 2000; round++) {
     std::vector<uint8_t> b((size_t)(round % 300));
     for (uint8_t& v : b) x ^= x << 13, x ^= x >> 7, x ^= x << 17, v = (uint8_t)x;
-    if (b.size() >= 5) std::memcpy(b.data(), &HandoffMessage::kMagic, 4), b[4] = (uint8_t)(1 + round % 9);
+    if (b.size() >= 5) std::memcpy(b.data(), &HandoffMessage::kMagic, 4), b[4] = (uint8_t)(1 + round % (int)HandoffMessage::kLastKind);
     EXPECT_FALSE(HandoffMessage::decode(b).ok()) << round;
   }
 }
