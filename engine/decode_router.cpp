@@ -71,6 +71,18 @@ bool DecodeRouter::cancel(int64_t id) {
   return true;
 }
 
+void DecodeRouter::abort_all(const std::string& why) {
+  for (auto& s : waiting_) decode_.drop_prepared(*s, FinishReason::Error, why);
+  waiting_.clear();
+  submitted_at_.clear();
+  HandoffMessage cancel;
+  cancel.kind = HandoffMessage::Kind::Cancel;
+  for (const auto& [id, p] : prefilling_)
+    if (p.sent && p.decode_rank == 0 && ranks_[(size_t)p.prefill_rank - 1].state.up) cancel.id = id, send(p.prefill_rank, cancel);
+  receiver_.end_all(FinishReason::Error, why);
+  for (auto& [id, rm] : remote_) end_remote(id, rm, FinishReason::Error, why);
+}
+
 void DecodeRouter::poll() {
   for (Rank& r : ranks_)
     if (r.state.up) receive_from(r);

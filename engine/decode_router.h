@@ -71,6 +71,11 @@ class DecodeRouter {
   // Messages, landed blocks, hand-offs, other ranks' tokens, silent ranks, queued requests.
   void poll();
   bool has_work() const { return !waiting_.empty() || !receiver_.empty() || !remote_.empty() || !prefilling_.empty(); }
+  // Ends every request of the router's with `why` (a drain's deadline): those waiting, those
+  // whose prompt is out at a prefill rank (told to stop; their blocks go back once it has) and
+  // those decoding on other ranks (cancelled there). Rank 0's own decoding ones are the
+  // scheduler's (Scheduler::abort_all).
+  void abort_all(const std::string& why);
   // Tells the other ranks to stop and waits (up to the peer timeout) until they have.
   void stop();
 

@@ -52,14 +52,15 @@ void HandoffReceiver::on_blocks(int from, const HandoffMessage& m) {
     const BlockTable* table = h ? (h->seq ? &h->seq->kv : &h->held) : nullptr;
     const bool mine = table && table->n_groups() > 0 && k < (int64_t)table->tables()[0].size();
     uint8_t* into = nullptr;
+    const int32_t block = mine ? table->tables()[0][(size_t)k] : -1;
     if (mine) {
-      into = pool_.store().data + (size_t)table->tables()[0][(size_t)k] * bytes;
+      into = pool_.store().data + (size_t)block * bytes;
     } else {
       discard_.resize(bytes);
       into = discard_.data();
     }
     const PeerLink::Handle recv = link_.receive_payload(from, into, bytes);
-    if (h) h->receives.push_back(recv), h->blocks++;
+    if (h) h->receives.push_back({recv, block}), h->blocks++;
     stats_.blocks_received++, stats_.bytes_received += (int64_t)bytes;
   }
 }
@@ -90,7 +91,7 @@ void HandoffReceiver::abandon(int64_t key) {
 void HandoffReceiver::settle(bool admit) {
   for (auto it = handoffs_.begin(); it != handoffs_.end();) {
     Handoff& h = it->second;
-    std::erase_if(h.receives, [&](PeerLink::Handle x) { return link_.done(x); });
+    std::erase_if(h.receives, [&](const Handoff::Receive& x) { return link_.done(x.handle); });
     if (!(h.prefill_done || h.ended) || !h.receives.empty()) {
       ++it;
       continue;
@@ -120,14 +121,14 @@ void HandoffReceiver::fail_from(int rank, const std::string& why) {
       continue;
     }
     end_here(h, FinishReason::Error, why);
-    const bool clean = std::all_of(h.receives.begin(), h.receives.end(), [&](PeerLink::Handle x) { return link_.cancel_receive(x); });
-    if (!clean) lost_.push_back(std::move(h.held));
-    it = handoffs_.erase(it);
+    for (const Handoff::Receive& r : h.receives)
+      if (!link_.cancel_receive(r.handle) && r.block >= 0) pool_.retain(r.block), lost_.push_back(r.block);
+    it = handoffs_.erase(it);  // `held` gives back the rest
   }
 }
 
-void HandoffReceiver::end_all() {
-  for (auto& [key, h] : handoffs_) end_here(h, FinishReason::Cancelled, "");
+void HandoffReceiver::end_all(FinishReason why, const std::string& error) {
+  for (auto& [key, h] : handoffs_) end_here(h, why, error);
 }
 
 }  // namespace tandem

@@ -53,11 +53,11 @@ class HandoffReceiver {
   // Receives that landed; the sequences whose K,V are all here join the scheduler (or, with
   // admit false, as while stopping, end as cancelled).
   void settle(bool admit = true);
-  // Prefill rank `rank` died: its hand-offs end with `why`. Blocks a receive may still write
-  // into are never reused.
+  // Prefill rank `rank` died: its hand-offs end with `why` and their blocks go back, but for
+  // those a receive may still write into (one MPI could not cancel), which are never reused.
   void fail_from(int rank, const std::string& why);
-  // Every hand-off ends as cancelled (their blocks go back as their senders stop).
-  void end_all();
+  // Every hand-off ends (as cancelled, or with `error`); their blocks go back as their senders stop.
+  void end_all(FinishReason why = FinishReason::Cancelled, const std::string& error = "");
 
   bool empty() const { return handoffs_.empty(); }
   size_t size() const { return handoffs_.size(); }
@@ -70,7 +70,11 @@ class HandoffReceiver {
     std::unique_ptr<Scheduler::Seq> seq;  // null once it ended here (cancelled, failed)
     BlockTable held;                      // its blocks once seq is gone, until the sender stops
     int from = 0;
-    std::vector<PeerLink::Handle> receives;
+    struct Receive {
+      PeerLink::Handle handle;
+      int32_t block;  // the pool block it lands in; -1: the scratch buffer
+    };
+    std::vector<Receive> receives;
     bool prefill_done = false, ended = false;
     std::vector<float> last_row;
     int64_t n_cached = 0, blocks = 0;
@@ -86,7 +90,7 @@ class HandoffReceiver {
   PeerLink& link_;
   Timer clock_;
   std::map<int64_t, Handoff> handoffs_;  // by key
-  std::vector<BlockTable> lost_;         // blocks a dead rank's receives may still write: never reused
+  std::vector<int32_t> lost_;            // blocks a dead rank's receives may still write: held, never reused
   std::vector<uint8_t> discard_;         // payloads of a request no longer here land in this
   ReceiverStats stats_;
 };

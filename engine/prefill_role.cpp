@@ -14,7 +14,10 @@ PrefillRole::PrefillRole(Model& model, BlockPool& pool, PeerLink& link, Schedule
       opts_(o),
       router_(router),
       sched_(model, pool, [&] {
-        so.on_computed = [this](int64_t id, const BlockTable& kv, int64_t n) { send_blocks(id, kv, n); };
+        so.on_computed = [this, then = so.on_computed](int64_t id, const BlockTable& kv, int64_t n) {
+          send_blocks(id, kv, n);
+          if (then) then(id, kv, n);
+        };
         so.speculative = {};  // nothing is decoded here
         so.draft_model = {};
         return so;

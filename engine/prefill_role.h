@@ -21,7 +21,8 @@ namespace tandem {
 
 class PrefillRole {
  public:
-  // `so` is the scheduler's (its on_computed is taken); the router is rank `router`.
+  // `so` is the scheduler's; its on_computed, if any, runs after each pass's blocks are sent
+  // (tests use it to kill a rank mid-request). The router is rank `router`.
   PrefillRole(Model& model, BlockPool& pool, PeerLink& link, SchedulerOptions so, const DisaggregationOptions& o,
               int router = 0);
   ~PrefillRole();

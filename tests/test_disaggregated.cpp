@@ -45,7 +45,8 @@ struct Job {
   int32_t op = Exit;
   int32_t kv_dtype = (int32_t)DType::F16;
   int32_t batch_tokens = 512;
-  int32_t kill_rank = -1, kill_after_ms = 0;  // that rank SIGKILLs itself that long into the job
+  int32_t kill_rank = -1;        // that rank SIGKILLs itself: once loaded (before it answers) or
+  int32_t kill_mid_request = 0;  // ... after the second prefill chunk it sends
   int32_t exit_after = 0;                     // the prefill ranks leave after this job
   double rank_timeout_s = 5;
 };
@@ -96,17 +97,19 @@ int serve_jobs() {
     Job j;
     g_world->broadcast(&j, sizeof j, 0, /*without_limit=*/true);
     if (g_world->failed() || j.op == Job::Exit) return 0;
-    if (j.kill_rank == g_link->rank())
-      std::thread([ms = j.kill_after_ms] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-        std::raise(SIGKILL);
-      }).detach();
     Served s = load(j);
     if (!s.model) return 1;
+    const bool kill = j.kill_rank == g_link->rank();
+    if (kill && !j.kill_mid_request) std::raise(SIGKILL);
     Status st = Status::Ok();
     if (g_link->rank() <= n_prefill()) {
       SchedulerOptions so;
       so.max_batch_tokens = j.batch_tokens;
+      // After its second chunk: the first chunk's blocks have had a chunk's time to leave.
+      if (kill)
+        so.on_computed = [passes = 0](int64_t, const BlockTable&, int64_t) mutable {
+          if (++passes == 2) std::raise(SIGKILL);
+        };
       PrefillRole role(*s.model, *s.pool, *g_link, so, disagg_options(j));
       st = role.run();
     } else {
@@ -128,9 +131,12 @@ struct Outcome {
   int n_cached = 0;
 };
 
-Outcome run_one(server::ServingLoop& loop, RequestParams p) {
+// Submits `p` now (requests started in order reach the router in that order); the outcome
+// once it finishes.
+std::future<Outcome> start_one(server::ServingLoop& loop, RequestParams p) {
   auto out = std::make_shared<Outcome>();
-  auto done = std::make_shared<std::promise<void>>();
+  auto done = std::make_shared<std::promise<Outcome>>();
+  std::future<Outcome> result = done->get_future();
   loop.submit(
       std::move(p),
       [out, done](const SeqEvent& e) {
@@ -139,15 +145,16 @@ Outcome run_one(server::ServingLoop& loop, RequestParams p) {
           return true;
         }
         out->finish = e.finish, out->error = e.error, out->n_cached = e.n_cached;
-        done->set_value();
+        done->set_value(*out);
         return true;
       },
       [out, done](Result<int64_t> id) {
-        if (!id.ok()) out->finish = FinishReason::Error, out->error = id.error().message, done->set_value();
+        if (!id.ok()) out->finish = FinishReason::Error, out->error = id.error().message, done->set_value(*out);
       });
-  done->get_future().wait();
-  return *out;
+  return result;
 }
+
+Outcome run_one(server::ServingLoop& loop, RequestParams p) { return start_one(loop, std::move(p)).get(); }
 
 std::vector<int32_t> tokenize(const Model& m, const std::string& text) {
   auto tok = Tokenizer::from_gguf(m.gguf());
@@ -335,6 +342,41 @@ TEST_F(Disaggregated, CancelMidPrefillAndMidTransferLeavesNoBlocks) {
   EXPECT_EQ(run_one(loop, greedy(tokenize(*s.model, "The capital of France is"), 4)).error, "");
 }
 
+// A drain's deadline (ServingLoop::abort_all) while a prompt is out at a prefill rank (and, with
+// two decode ranks, while one decodes on the other): every request ends with the error, the
+// prefill rank stops, and no block is left held on any rank.
+TEST_F(Disaggregated, AbortAllEndsRequestsOutAtPrefillRanksAndFreesTheirBlocks) {
+  Job j;
+  j.op = Job::Serve;
+  j.batch_tokens = 16;  // one block per chunk: the prompt's chunks take a while
+  g_world->broadcast(&j, sizeof j, 0);
+  Served s = load(j);
+  ASSERT_TRUE(s.model);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 6; i++)
+    for (int32_t t : tokenize(*s.model, std::string(kStory) + std::to_string(i))) prompt.push_back(t);
+  SchedulerOptions so;
+  so.max_batch_tokens = j.batch_tokens;
+  server::Metrics metrics;
+  server::ServingLoop loop(*s.model, *s.pool, so, metrics, {g_link.get(), disagg_options(j)});
+  std::vector<std::future<Outcome>> out;
+  for (int d = 0; d < n_decode(); d++) {  // one per decode rank (the router spreads them)
+    RequestParams p = greedy(prompt);
+    p.cache_scope = "abort" + std::to_string(d);
+    out.push_back(start_one(loop, p));
+  }
+  for (int i = 0; i < 5000 && loop.router_stats()->in_flight < n_decode(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(loop.router_stats()->in_flight, n_decode());  // every prompt is out at the prefill rank
+  loop.abort_all("the drain's deadline passed");
+  for (auto& f : out) {
+    const Outcome o = f.get();
+    EXPECT_EQ(o.finish, FinishReason::Error);
+    EXPECT_EQ(o.error, "the drain's deadline passed");
+  }
+  expect_no_blocks_held(loop, *s.pool);
+  EXPECT_EQ(run_one(loop, greedy(tokenize(*s.model, "The capital of France is"), 4)).error, "");
+}
+
 // 2:1 (mpirun -np 3 --enable-recovery; ctest disaggregated_killed_prefill_rank): prefill rank
 // 2 dies before it answers; of two requests sent at once, the one routed to it fails within
 // the rank timeout (and a little), naming the rank; the next ones succeed on rank 1.
@@ -343,13 +385,12 @@ TEST_F(Disaggregated, DISABLED_KilledPrefillRankFailsOnlyItsRequests) {
   g_killed_rank_ran = true;
   Job j;
   j.op = Job::Serve;
-  j.kill_rank = 2, j.kill_after_ms = 300, j.exit_after = 1, j.rank_timeout_s = 2;
+  j.kill_rank = 2, j.exit_after = 1, j.rank_timeout_s = 2;
   g_world->broadcast(&j, sizeof j, 0);
   Served s = load(j);
   ASSERT_TRUE(s.model);
   server::Metrics metrics;
   server::ServingLoop loop(*s.model, *s.pool, SchedulerOptions{}, metrics, {g_link.get(), disagg_options(j)});
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // rank 2 is dead, not yet noticed
   const auto t0 = std::chrono::steady_clock::now();
   auto a = std::async(std::launch::async, [&] { return run_one(loop, greedy(tokenize(*s.model, kStory), 8)); });
   auto b = std::async(std::launch::async, [&] { return run_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8)); });
@@ -366,6 +407,50 @@ TEST_F(Disaggregated, DISABLED_KilledPrefillRankFailsOnlyItsRequests) {
   EXPECT_TRUE(rs->ranks[0].up);
   EXPECT_FALSE(rs->ranks[1].up);
   std::printf("[ disagg ] killed prefill rank: its request failed after %.1f s: %s\n", waited, why.c_str());
+}
+
+// 2:1 (ctest disaggregated_prefill_rank_killed_mid_request): prefill rank 2 dies after sending
+// the second chunk's blocks of the request routed to it (32-token chunks; more were to come).
+// That request fails within the rank timeout naming the rank, the other one (on rank 1)
+// finishes, and later requests succeed; rank 0 holds none of the dead request's blocks but
+// those a receive in progress may still write (never reused): at most the ones it was sent.
+TEST_F(Disaggregated, DISABLED_PrefillRankKilledMidRequestFailsOnlyItsRequest) {
+  ASSERT_EQ(g_link->size(), 3) << "run with mpirun -np 3";
+  g_killed_rank_ran = true;
+  Job j;
+  j.op = Job::Serve;
+  j.batch_tokens = 32;
+  j.kill_rank = 2, j.kill_mid_request = 1, j.exit_after = 1, j.rank_timeout_s = 2;
+  g_world->broadcast(&j, sizeof j, 0);
+  Served s = load(j);
+  ASSERT_TRUE(s.model);
+  SchedulerOptions so;
+  so.max_batch_tokens = j.batch_tokens;
+  server::Metrics metrics;
+  server::ServingLoop loop(*s.model, *s.pool, so, metrics, {g_link.get(), disagg_options(j)});
+  std::vector<int32_t> longer = tokenize(*s.model, kStory);
+  for (int32_t t : tokenize(*s.model, std::string(" ") + kStory)) longer.push_back(t);
+  const int64_t sent_blocks = 2 * j.batch_tokens / 16;  // two chunks'
+  const auto t0 = std::chrono::steady_clock::now();
+  // The first goes to rank 1 (both idle), the second to rank 2 (fewer tokens routed there).
+  auto a = start_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8));
+  auto b = start_one(loop, greedy(longer, 8));
+  const Outcome oa = a.get(), ob = b.get();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(oa.error, "");
+  EXPECT_EQ(ob.finish, FinishReason::Error);
+  EXPECT_NE(ob.error.find("prefill rank 2"), std::string::npos) << ob.error;
+  EXPECT_LT(waited, 8.0);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(run_one(loop, greedy(tokenize(*s.model, kStory), 4)).error, "") << i;
+  loop.wait_idle();
+  auto rs = loop.router_stats();  // published after the requests above
+  ASSERT_TRUE(rs);
+  EXPECT_GT(rs->blocks_received, 0);  // it died mid-request, after sending some blocks
+  EXPECT_FALSE(rs->ranks[1].up);
+  ASSERT_GT((int64_t)longer.size(), 2 * j.batch_tokens);  // a third chunk was to come
+  EXPECT_LE(s.pool->used_blocks(), sent_blocks);
+  std::printf("[ disagg ] prefill rank killed mid-request: its request failed after %.1f s (%lld blocks kept): %s\n", waited,
+              (long long)s.pool->used_blocks(), ob.error.c_str());
 }
 
 }  // namespace
