@@ -223,7 +223,8 @@ bool DecodeRouter::dispatch(std::unique_ptr<Scheduler::Seq>& s) {
 }
 
 // The least loaded among the up ranks holding the longest run of the prompt's blocks (as
-// routed there lately: what its prefix cache most likely still holds).
+// routed there lately: what its prefix cache most likely still holds); of equals, the one
+// chosen longest ago, so that idle ranks take turns.
 DecodeRouter::Rank* DecodeRouter::choose_rank(const std::vector<uint64_t>& hashes) {
   Rank* best = nullptr;
   size_t best_hit = 0;
@@ -231,7 +232,8 @@ DecodeRouter::Rank* DecodeRouter::choose_rank(const std::vector<uint64_t>& hashe
     if (!r.state.up) continue;
     size_t hit = 0;
     while (hit < hashes.size() && r.recent_blocks.count(hashes[hit])) hit++;
-    if (!best || hit > best_hit || (hit == best_hit && r.state.routed_tokens < best->state.routed_tokens))
+    if (!best || hit > best_hit ||
+        (hit == best_hit && std::pair(r.state.routed_tokens, r.picked_at) < std::pair(best->state.routed_tokens, best->picked_at)))
       best = &r, best_hit = hit;
   }
   return best;
@@ -239,6 +241,7 @@ DecodeRouter::Rank* DecodeRouter::choose_rank(const std::vector<uint64_t>& hashe
 
 void DecodeRouter::note_routed(Rank& r, const std::vector<uint64_t>& hashes, int64_t n) {
   r.state.routed_tokens += n;
+  r.picked_at = ++tick_;
   for (uint64_t hsh : hashes) r.recent_blocks[hsh] = ++tick_;
   if (r.recent_blocks.size() > (size_t)std::max<int64_t>(1024, 2 * r.state.total_blocks))
     std::erase_if(r.recent_blocks, [&](const auto& e) { return e.second < tick_ - (int64_t)r.recent_blocks.size() / 2; });

@@ -87,6 +87,7 @@ class DecodeRouter {
     PrefillRankState state;
     double heard_at = 0;
     bool stopped = false;
+    int64_t picked_at = 0;                                // when it was last chosen (tick_)
     std::unordered_map<uint64_t, int64_t> recent_blocks;  // prefix hashes routed here -> when
   };
   struct Decoder {  // a decode rank other than 0

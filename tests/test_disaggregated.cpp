@@ -392,8 +392,9 @@ TEST_F(Disaggregated, DISABLED_KilledPrefillRankFailsOnlyItsRequests) {
   server::Metrics metrics;
   server::ServingLoop loop(*s.model, *s.pool, SchedulerOptions{}, metrics, {g_link.get(), disagg_options(j)});
   const auto t0 = std::chrono::steady_clock::now();
-  auto a = std::async(std::launch::async, [&] { return run_one(loop, greedy(tokenize(*s.model, kStory), 8)); });
-  auto b = std::async(std::launch::async, [&] { return run_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8)); });
+  // The first goes to rank 1, the second to rank 2 (idle prefill ranks take turns).
+  auto a = start_one(loop, greedy(tokenize(*s.model, kStory), 8));
+  auto b = start_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8));
   const Outcome oa = a.get(), ob = b.get();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int failed = (oa.finish == FinishReason::Error) + (ob.finish == FinishReason::Error);
@@ -407,6 +408,45 @@ TEST_F(Disaggregated, DISABLED_KilledPrefillRankFailsOnlyItsRequests) {
   EXPECT_TRUE(rs->ranks[0].up);
   EXPECT_FALSE(rs->ranks[1].up);
   std::printf("[ disagg ] killed prefill rank: its request failed after %.1f s: %s\n", waited, why.c_str());
+}
+
+// 1:2 (ctest disaggregated_killed_decode_rank, --disaggregate=1:2): decode rank 2 dies before
+// it answers; of two requests, the one the router gave it fails within the rank timeout,
+// naming it, and no block is left held; the router stops using it (the next ones decode on
+// rank 0) and /health's view has it down.
+TEST_F(Disaggregated, DISABLED_KilledDecodeRankFailsOnlyItsRequests) {
+  ASSERT_EQ(g_link->size(), 3) << "run with mpirun -np 3";
+  ASSERT_EQ(n_decode(), 2) << "run with --disaggregate=1:2";
+  g_killed_rank_ran = true;
+  Job j;
+  j.op = Job::Serve;
+  j.kill_rank = 2, j.exit_after = 1, j.rank_timeout_s = 2;
+  g_world->broadcast(&j, sizeof j, 0);
+  Served s = load(j);
+  ASSERT_TRUE(s.model);
+  server::Metrics metrics;
+  server::ServingLoop loop(*s.model, *s.pool, SchedulerOptions{}, metrics, {g_link.get(), disagg_options(j)});
+  const auto t0 = std::chrono::steady_clock::now();
+  // The first decodes on rank 0 (both idle), the second on rank 2 (chosen longest ago).
+  auto a = start_one(loop, greedy(tokenize(*s.model, kStory), 8));
+  auto b = start_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8));
+  const Outcome oa = a.get(), ob = b.get();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(oa.error, "");
+  EXPECT_EQ(ob.finish, FinishReason::Error);
+  EXPECT_NE(ob.error.find("decode rank 2"), std::string::npos) << ob.error;
+  EXPECT_LT(waited, 8.0);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(run_one(loop, greedy(tokenize(*s.model, kStory), 4)).error, "") << i;
+  loop.wait_idle();
+  auto rs = loop.router_stats();
+  ASSERT_TRUE(rs);
+  ASSERT_EQ(rs->decoders.size(), 2u);
+  EXPECT_FALSE(rs->decoders[1].up);
+  EXPECT_EQ(rs->decoders[1].routed, 1);  // nothing more after it went down
+  EXPECT_EQ(rs->decoders[1].requests, 0);
+  EXPECT_EQ(rs->in_flight, 0);
+  EXPECT_EQ(s.pool->used_blocks(), 0);
+  std::printf("[ disagg ] killed decode rank: its request failed after %.1f s: %s\n", waited, ob.error.c_str());
 }
 
 // 2:1 (ctest disaggregated_prefill_rank_killed_mid_request): prefill rank 2 dies after sending
@@ -432,7 +472,7 @@ TEST_F(Disaggregated, DISABLED_PrefillRankKilledMidRequestFailsOnlyItsRequest) {
   for (int32_t t : tokenize(*s.model, std::string(" ") + kStory)) longer.push_back(t);
   const int64_t sent_blocks = 2 * j.batch_tokens / 16;  // two chunks'
   const auto t0 = std::chrono::steady_clock::now();
-  // The first goes to rank 1 (both idle), the second to rank 2 (fewer tokens routed there).
+  // The first goes to rank 1, the second to rank 2 (idle prefill ranks take turns).
   auto a = start_one(loop, greedy(tokenize(*s.model, "The sky is blue because"), 8));
   auto b = start_one(loop, greedy(longer, 8));
   const Outcome oa = a.get(), ob = b.get();
