@@ -156,7 +156,8 @@ void add_engine_options(CLI::App* sub, ServeArgs& a) {
   sub->add_option("--name", a.name, "model id reported by /v1/models (default: the file's name)");
   sub->add_option("--disaggregate", a.disaggregate,
                   "P:D under mpirun -np P+D: prefill and decode on separate ranks (rank 0 serves HTTP, routes and decodes; "
-                  "ranks 1..P prefill and stream each prompt's KV blocks to it)");
+                  "ranks 1..P prefill and stream each prompt's KV blocks to the decode rank chosen for it: rank 0 or one "
+                  "of ranks P+1..P+D-1, which stream the tokens back)");
   sub->add_option("--rank-timeout", a.rank_timeout,
                   "with --disaggregate: seconds a rank may stay silent before it counts as dead (its requests fail)")
       ->check(CLI::Range(0.5, 3600.0));
@@ -366,7 +367,7 @@ int run_serve(const ServeArgs& args) {
   const SchedulerOptions so = scheduler_options(a, lm.value(), draft.value());
   // Every rank has loaded its model and pool: the link's communicator is made by all at once.
   std::unique_ptr<PeerLink> link = disagg.value() ? mpi_peer_link() : nullptr;
-  if (link && link->rank() != 0) return run_prefill_rank(model, *kv->pool, *link, so, *disagg.value());
+  if (link && link->rank() != 0) return run_role_rank(model, *kv->pool, *link, so, *disagg.value());
   server::Disaggregated routed;
   if (link) routed = {link.get(), *disagg.value()};
   server::ServingLoop loop(model, *kv->pool, so, metrics, routed);
@@ -377,9 +378,10 @@ int run_serve(const ServeArgs& args) {
   print_serve_banner(a, model, kv.value(), draft->pool.get(), opts, http.port());
   http.start();
   drain_on_signal(a, http, stop_signals);
-  if (auto rs = loop.router_stats(); rs && std::any_of(rs->ranks.begin(), rs->ranks.end(), [](const auto& r) { return !r.up; })) {
+  auto down = [](const auto& ranks) { return std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return !r.up; }); };
+  if (auto rs = loop.router_stats(); rs && (down(rs->ranks) || down(rs->decoders))) {
     // MPI_Finalize at exit would wait for the dead rank; the live ones leave on their timeout.
-    fmt::print(stderr, "tandem serve: a prefill rank died: leaving without MPI_Finalize\n");
+    fmt::print(stderr, "tandem serve: a rank died: leaving without MPI_Finalize\n");
     std::fflush(stderr);
     std::_Exit(0);
   }

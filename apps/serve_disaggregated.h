@@ -1,6 +1,6 @@
 // `tandem serve --disaggregate P:D` (engine/disaggregation.h): the checks before any rank loads
-// the model, and the loop of a prefill rank (ranks 1..P; rank 0 serves HTTP, routes and
-// decodes through the serving loop).
+// the model, and the loops of the ranks without HTTP: prefill ranks 1..P and decode ranks
+// P+1..P+D-1 (rank 0 serves HTTP, routes and decodes through the serving loop).
 #pragma once
 
 #include <memory>
@@ -20,15 +20,17 @@ struct DisaggregateArgs {
   bool draft_model = false;  // --draft-model given (refused beside it)
 };
 
-// The options for this job, or an error a user can act on (wrong rank count, tensor
-// parallelism or a draft model beside it, not under mpirun).
+// The options for a job of `n_ranks` ranks, or an error a user can act on (a malformed P:D,
+// P + D not the job's ranks, tensor parallelism or a draft model beside it, not under mpirun).
+Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a, int n_ranks);
+// The same for this process's job (MPI_COMM_WORLD's ranks; 1 outside mpirun).
 Result<DisaggregationOptions> disaggregation_options(const DisaggregateArgs& a);
 
 // The CPU backend's KV lives in host memory MPI can send from; an error for another backend.
 Status check_disaggregated_backend(const Model& model);
 
-// Ranks 1..P: serve the router until it stops; the process's exit code.
-int run_prefill_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so,
-                     const DisaggregationOptions& o);
+// Ranks 1..P (prefill) and P+1..P+D-1 (decode): serve the router until it stops; the
+// process's exit code.
+int run_role_rank(Model& model, BlockPool& pool, PeerLink& link, const SchedulerOptions& so, const DisaggregationOptions& o);
 
 }  // namespace tandem::apps

@@ -11,12 +11,21 @@
 namespace tandem {
 
 DecodeRouter::DecodeRouter(Scheduler& decode, PeerLink& link, const DisaggregationOptions& o)
-    : decode_(decode), pool_(decode.pool_for_handoff()), link_(link), opts_(o) {
+    : decode_(decode), pool_(decode.pool_for_handoff()), link_(link), opts_(o), receiver_(decode, link) {
   for (int r = 1; r <= o.n_prefill; r++) {
     Rank rk;
     rk.state.rank = r;
     ranks_.push_back(std::move(rk));
   }
+  for (int r = o.n_prefill + 1; r < o.n_prefill + o.n_decode; r++) {
+    Decoder d;
+    d.state.rank = r;
+    decoders_.push_back(std::move(d));
+  }
+  picked_at_.assign((size_t)o.n_decode, 0);
+  receiver_.on_admitted = [this](int64_t, const HandoffTiming& t) {
+    if (on_handoff) on_handoff(t);
+  };
   publish_stats();
 }
 
@@ -29,6 +38,10 @@ Result<int64_t> DecodeRouter::submit(RequestParams p, SeqCallback cb) {
   auto s = decode_.prepare(std::move(p), std::move(cb));
   if (!s.ok()) return s.error();
   const int64_t id = s.value()->id;
+  if (const int d = choose_decoder(); d != 0) {
+    route_remote(std::move(s.value()), *decoder(d));
+    return id;
+  }
   submitted_at_[id] = now();
   waiting_.push_back(std::move(s.value()));
   dispatch_waiting();
@@ -43,39 +56,47 @@ bool DecodeRouter::cancel(int64_t id) {
       waiting_.erase(it);
       return true;
     }
-  auto it = handoffs_.find(id);
-  if (it == handoffs_.end()) return false;
-  Handoff& h = it->second;
-  if (h.seq) {
+  if (auto it = remote_.find(id); it != remote_.end()) {
+    end_remote(id, it->second, FinishReason::Cancelled, "");
+    return true;
+  }
+  if (!receiver_.has(id)) return false;
+  if (auto p = prefilling_.find(id); p != prefilling_.end() && p->second.sent) {
     HandoffMessage m;
     m.kind = HandoffMessage::Kind::Cancel;
     m.id = id;
-    send(h.rank, m);
-    end_here(h, FinishReason::Cancelled, "");
+    send(p->second.prefill_rank, m);
   }
+  receiver_.cancel(id);
   return true;
 }
 
-// The request ends for its client now; its blocks stay held until the prefill rank has sent
-// its last block (Done or Ended) and every receive into them has landed.
-void DecodeRouter::end_here(Handoff& h, FinishReason why, const std::string& error) {
-  if (!h.seq) return;
-  h.held = std::move(h.seq->kv);
-  decode_.drop_prepared(*h.seq, why, error);
-  h.seq.reset();
-  if (why == FinishReason::Error) counters_.failed_requests++;
+void DecodeRouter::abort_all(const std::string& why) {
+  for (auto& s : waiting_) decode_.drop_prepared(*s, FinishReason::Error, why);
+  waiting_.clear();
+  submitted_at_.clear();
+  HandoffMessage cancel;
+  cancel.kind = HandoffMessage::Kind::Cancel;
+  for (const auto& [id, p] : prefilling_)
+    if (p.sent && p.decode_rank == 0 && ranks_[(size_t)p.prefill_rank - 1].state.up) cancel.id = id, send(p.prefill_rank, cancel);
+  receiver_.end_all(FinishReason::Error, why);
+  for (auto& [id, rm] : remote_) end_remote(id, rm, FinishReason::Error, why);
 }
 
 void DecodeRouter::poll() {
   for (Rank& r : ranks_)
     if (r.state.up) receive_from(r);
-  finish_handoffs();
+  for (Decoder& d : decoders_)
+    if (d.state.up) receive_from(d);
+  receiver_.settle(!stopped_);
   check_silence();
   if (!stopped_) dispatch_waiting();
   if (now() - heartbeat_at_ >= opts_.heartbeat_s) {
     HandoffMessage hb;
     for (const Rank& r : ranks_)
       if (r.state.up) send(r.state.rank, hb);
+    for (const Decoder& d : decoders_)
+      if (d.state.up) send(d.state.rank, hb);
     heartbeat_at_ = now();
   }
   publish_stats();
@@ -85,16 +106,14 @@ void DecodeRouter::receive_from(Rank& r) {
   while (auto raw = link_.receive(r.state.rank)) {
     r.heard_at = now();
     auto m = HandoffMessage::decode(raw->bytes);
-    if (!m) return mark_down(r, fmt::format("prefill rank {} sent a message that does not parse", r.state.rank));
-    handle(r, *m);
+    if (!m.ok()) return mark_down(r, fmt::format("prefill rank {} sent a message that does not parse ({})", r.state.rank, m.error().message));
+    handle(r, m.value());
     if (!r.state.up) return;
   }
 }
 
 void DecodeRouter::handle(Rank& r, const HandoffMessage& m) {
   using K = HandoffMessage::Kind;
-  auto it = handoffs_.find(m.id);
-  Handoff* h = it != handoffs_.end() && it->second.rank == r.state.rank ? &it->second : nullptr;
   switch (m.kind) {
     case K::Hello:
       r.state.total_blocks = m.total_blocks;
@@ -106,74 +125,24 @@ void DecodeRouter::handle(Rank& r, const HandoffMessage& m) {
       r.state.used_blocks = m.used_blocks, r.state.total_blocks = m.total_blocks, r.state.queued_tokens = m.queued_tokens;
       r.state.blocks_sent = m.blocks_sent, r.state.bytes_sent = m.bytes_sent, r.state.busy_s = m.busy_s;
       return;
-    case K::Blocks: return on_blocks(r, m);
+    case K::Blocks: return receiver_.handle(r.state.rank, m);
     case K::Done:
-      if (!h) return;
-      h->prefill_done = true;
-      h->last_row = m.logits;
-      h->n_cached = m.n_cached, h->queue_s = m.queue_s, h->prefill_s = m.prefill_s;
-      h->done_at = now();
-      return;
     case K::Ended:
-      if (!h) return;
-      h->ended = true;
-      end_here(*h, m.error.empty() ? FinishReason::Cancelled : FinishReason::Error, m.error);
-      return;
+      receiver_.handle(r.state.rank, m);
+      return prompt_done(m.id, r.state.rank);
+    case K::Computed: return prompt_done(m.id, r.state.rank);
     case K::Stopped: r.stopped = true; return;
     default: return;
   }
 }
 
-// Each announced block's payload is received into the block the request reserved for it, in
-// the order the prefill rank sent them; one for a request no longer here lands in a scratch
-// buffer, so the stream stays in step.
-void DecodeRouter::on_blocks(Rank& r, const HandoffMessage& m) {
-  auto it = handoffs_.find(m.id);
-  Handoff* h = it != handoffs_.end() && it->second.rank == r.state.rank ? &it->second : nullptr;
-  const size_t bytes = pool_.block_bytes();
-  if (h && h->first_block_at < 0) h->first_block_at = now();
-  for (int64_t k = m.first_block; k < m.first_block + m.n_blocks; k++) {
-    const BlockTable* table = h ? (h->seq ? &h->seq->kv : &h->held) : nullptr;
-    const bool mine = table && table->n_groups() > 0 && k < (int64_t)table->tables()[0].size();
-    uint8_t* into = nullptr;
-    if (mine) {
-      into = pool_.store().data + (size_t)table->tables()[0][(size_t)k] * bytes;
-    } else {
-      discard_.resize(bytes);
-      into = discard_.data();
-    }
-    const PeerLink::Handle recv = link_.receive_payload(r.state.rank, into, bytes);
-    if (h) h->receives.push_back(recv), h->blocks++;
-    counters_.blocks_received++, counters_.bytes_received += (int64_t)bytes;
-  }
-}
-
-void DecodeRouter::finish_handoffs() {
-  for (auto it = handoffs_.begin(); it != handoffs_.end();) {
-    Handoff& h = it->second;
-    std::erase_if(h.receives, [&](PeerLink::Handle x) { return link_.done(x); });
-    const bool sender_done = h.prefill_done || h.ended;
-    if (!sender_done || !h.receives.empty()) {
-      ++it;
-      continue;
-    }
-    Rank& r = ranks_[(size_t)h.rank - 1];
-    r.state.routed_tokens -= h.n_prompt;
-    if (h.seq && h.prefill_done && !stopped_) {
-      HandoffTiming t;
-      t.queue_s = (h.dispatched_at - h.submitted_at) + h.queue_s;
-      t.prefill_s = h.prefill_s;
-      t.transfer_s = std::max(0.0, now() - h.done_at);
-      t.stream_s = h.first_block_at >= 0 ? now() - h.first_block_at : 0;
-      t.blocks = h.blocks, t.bytes = h.blocks * (int64_t)pool_.block_bytes();
-      counters_.handoffs++;
-      if (on_handoff) on_handoff(t);
-      decode_.admit_prefilled(std::move(h.seq), h.last_row, (int)h.n_cached);
-    } else {
-      end_here(h, FinishReason::Cancelled, "");
-    }
-    it = handoffs_.erase(it);  // `held` gives its blocks back
-  }
+// The prefill rank is done with `id` (computed, cancelled or failed): its tokens no longer
+// count against the rank.
+void DecodeRouter::prompt_done(int64_t id, int prefill_rank) {
+  auto it = prefilling_.find(id);
+  if (it == prefilling_.end() || it->second.prefill_rank != prefill_rank) return;
+  ranks_[(size_t)prefill_rank - 1].state.routed_tokens -= it->second.n_prompt;
+  prefilling_.erase(it);
 }
 
 void DecodeRouter::check_silence() {
@@ -181,32 +150,41 @@ void DecodeRouter::check_silence() {
     if (r.state.up && !r.stopped && now() - r.heard_at > opts_.peer_timeout_s)
       mark_down(r, fmt::format("prefill rank {} sent nothing for {:.0f} s: it died or stopped answering", r.state.rank,
                                opts_.peer_timeout_s));
+  for (Decoder& d : decoders_)
+    if (d.state.up && !d.stopped && now() - d.heard_at > opts_.peer_timeout_s)
+      mark_down(d, fmt::format("decode rank {} sent nothing for {:.0f} s: it died or stopped answering", d.state.rank,
+                               opts_.peer_timeout_s));
 }
 
-// Its requests fail with `why`; a receive that cannot be cancelled keeps its blocks forever
-// (lost_), since the dead rank's bytes could still land in them.
+// Its requests fail with `why`, here and on the other decode ranks (which also give up the
+// blocks it was sending; a receive that cannot be cancelled keeps its blocks for good).
 void DecodeRouter::mark_down(Rank& r, const std::string& why) {
   r.state.up = false;
   r.state.why_down = why;
   std::fprintf(stderr, "tandem serve: %s; its requests fail, the other prefill ranks take the next ones\n", why.c_str());
-  for (auto it = handoffs_.begin(); it != handoffs_.end();) {
-    Handoff& h = it->second;
-    if (h.rank != r.state.rank) {
+  for (auto it = prefilling_.begin(); it != prefilling_.end();) {
+    if (it->second.prefill_rank != r.state.rank) {
       ++it;
       continue;
     }
-    end_here(h, FinishReason::Error, why);
-    const bool clean = std::all_of(h.receives.begin(), h.receives.end(), [&](PeerLink::Handle x) { return link_.cancel_receive(x); });
-    if (!clean) lost_.push_back(std::move(h.held));
-    it = handoffs_.erase(it);
+    failed_requests_++;
+    if (auto rm = remote_.find(it->first); rm != remote_.end()) end_remote(it->first, rm->second, FinishReason::Error, why);
+    it = prefilling_.erase(it);
   }
+  receiver_.fail_from(r.state.rank, why);
+  HandoffMessage down;
+  down.kind = HandoffMessage::Kind::PeerDown;
+  down.peer = r.state.rank;
+  down.error = why;
+  for (const Decoder& d : decoders_)
+    if (d.state.up) send(d.state.rank, down);
   r.state.routed_tokens = 0;
 }
 
 void DecodeRouter::dispatch_waiting() {
   while (!waiting_.empty()) {
     if (std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.state.up; })) {
-      for (auto& s : waiting_) decode_.drop_prepared(*s, FinishReason::Error, "no prefill rank is up"), counters_.failed_requests++;
+      for (auto& s : waiting_) decode_.drop_prepared(*s, FinishReason::Error, "no prefill rank is up"), failed_requests_++;
       waiting_.clear();
       submitted_at_.clear();
       return;
@@ -234,24 +212,19 @@ bool DecodeRouter::dispatch(std::unique_ptr<Scheduler::Seq>& s) {
   m.tokens = s->tokens;
   m.cache_scope = s->params.cache_scope;
   m.tenant = s->params.tenant;
+  m.peer = 0;  // this rank decodes it
   send(r->state.rank, m);
-  r->state.routed_tokens += n;
-  for (uint64_t hsh : hashes) r->recent_blocks[hsh] = ++tick_;
-  if (r->recent_blocks.size() > (size_t)std::max<int64_t>(1024, 2 * r->state.total_blocks))
-    std::erase_if(r->recent_blocks, [&](const auto& e) { return e.second < tick_ - (int64_t)r->recent_blocks.size() / 2; });
-  Handoff h;
-  h.rank = r->state.rank;
-  h.n_prompt = n;
-  h.dispatched_at = now();
-  h.submitted_at = submitted_at_.count(m.id) ? submitted_at_[m.id] : h.dispatched_at;
+  note_routed(*r, hashes, n);
+  prefilling_[m.id] = {r->state.rank, 0, n, true};
+  const double submitted = submitted_at_.count(m.id) ? submitted_at_[m.id] : now();
   submitted_at_.erase(m.id);
-  h.seq = std::move(s);
-  handoffs_.emplace(m.id, std::move(h));
+  receiver_.expect(m.id, std::move(s), r->state.rank, now() - submitted);
   return true;
 }
 
 // The least loaded among the up ranks holding the longest run of the prompt's blocks (as
-// routed there lately: what its prefix cache most likely still holds).
+// routed there lately: what its prefix cache most likely still holds); of equals, the one
+// chosen longest ago, so that idle ranks take turns.
 DecodeRouter::Rank* DecodeRouter::choose_rank(const std::vector<uint64_t>& hashes) {
   Rank* best = nullptr;
   size_t best_hit = 0;
@@ -259,10 +232,19 @@ DecodeRouter::Rank* DecodeRouter::choose_rank(const std::vector<uint64_t>& hashe
     if (!r.state.up) continue;
     size_t hit = 0;
     while (hit < hashes.size() && r.recent_blocks.count(hashes[hit])) hit++;
-    if (!best || hit > best_hit || (hit == best_hit && r.state.routed_tokens < best->state.routed_tokens))
+    if (!best || hit > best_hit ||
+        (hit == best_hit && std::pair(r.state.routed_tokens, r.picked_at) < std::pair(best->state.routed_tokens, best->picked_at)))
       best = &r, best_hit = hit;
   }
   return best;
+}
+
+void DecodeRouter::note_routed(Rank& r, const std::vector<uint64_t>& hashes, int64_t n) {
+  r.state.routed_tokens += n;
+  r.picked_at = ++tick_;
+  for (uint64_t hsh : hashes) r.recent_blocks[hsh] = ++tick_;
+  if (r.recent_blocks.size() > (size_t)std::max<int64_t>(1024, 2 * r.state.total_blocks))
+    std::erase_if(r.recent_blocks, [&](const auto& e) { return e.second < tick_ - (int64_t)r.recent_blocks.size() / 2; });
 }
 
 std::vector<uint64_t> DecodeRouter::prefix_hashes(const Scheduler::Seq& s) const {
@@ -280,15 +262,19 @@ void DecodeRouter::stop() {
   for (auto& s : waiting_) decode_.drop_prepared(*s, FinishReason::Cancelled, "the server is shutting down");
   waiting_.clear();
   submitted_at_.clear();
-  for (auto& [id, h] : handoffs_) end_here(h, FinishReason::Cancelled, "");
+  receiver_.end_all();
+  for (auto& [id, rm] : remote_) end_remote(id, rm, FinishReason::Cancelled, "");
   HandoffMessage stop;
   stop.kind = HandoffMessage::Kind::Stop;
   for (const Rank& r : ranks_)
     if (r.state.up) send(r.state.rank, stop);
+  for (const Decoder& d : decoders_)
+    if (d.state.up) send(d.state.rank, stop);
   // Until every live rank has stopped and each block on its way has landed (or time is up).
   Timer waited;
   auto settled = [&] {
-    return handoffs_.empty() && std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return !r.state.up || r.stopped; });
+    return receiver_.empty() && std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return !r.state.up || r.stopped; }) &&
+           std::all_of(decoders_.begin(), decoders_.end(), [](const Decoder& d) { return !d.state.up || d.stopped; });
   };
   while (!settled() && waited.seconds() < opts_.peer_timeout_s) {
     poll();
@@ -302,10 +288,21 @@ RouterStats DecodeRouter::stats() const {
 }
 
 void DecodeRouter::publish_stats() {
-  RouterStats s = counters_;
+  RouterStats s;
+  const ReceiverStats& rs = receiver_.stats();
+  s.handoffs = rs.handoffs, s.blocks_received = rs.blocks_received, s.bytes_received = rs.bytes_received;
+  s.failed_requests = failed_requests_;
   s.waiting = (int64_t)waiting_.size();
-  s.in_flight = (int64_t)handoffs_.size();
+  s.in_flight = (int64_t)prefilling_.size();
   for (const Rank& r : ranks_) s.ranks.push_back(r.state);
+  DecodeRankState self;
+  self.requests = (int64_t)(decode_.n_running() + decode_.n_waiting() + waiting_.size() + receiver_.size());
+  self.used_blocks = pool_.used_blocks(), self.total_blocks = pool_.n_blocks();
+  self.blocks_received = rs.blocks_received, self.bytes_received = rs.bytes_received, self.handoffs = rs.handoffs;
+  self.busy_s = decode_.stats().pass_s;
+  self.routed = routed_here_;
+  s.decoders.push_back(self);
+  for (const Decoder& d : decoders_) s.decoders.push_back(d.state);
   std::lock_guard<std::mutex> l(stats_mu_);
   published_ = std::move(s);
 }

@@ -1,24 +1,38 @@
 #include "engine/disaggregation.h"
 
-#include <cstdio>
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <string_view>
 
 #include <fmt/core.h>
 
 namespace tandem {
 
+namespace {
+
+// A count of ranks: decimal digits only (no sign, no space), at least 1; nullopt otherwise.
+std::optional<int> rank_count(std::string_view s) {
+  int v = 0;
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < 1) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 DisaggregateSplit parse_disaggregate(const std::string& spec, int n_ranks) {
-  DisaggregateSplit s;
-  int used = 0;
-  if (std::sscanf(spec.c_str(), "%d:%d%n", &s.n_prefill, &s.n_decode, &used) != 2 || used != (int)spec.size() ||
-      s.n_prefill < 1 || s.n_decode < 1)
-    return {0, 0, fmt::format("--disaggregate {}: give P:D, the prefill and decode ranks, each at least 1 (e.g. 1:1)", spec)};
-  if (s.n_prefill + s.n_decode != n_ranks)
+  const size_t colon = spec.find(':');
+  const std::optional<int> p = colon == std::string::npos ? std::nullopt : rank_count(std::string_view(spec).substr(0, colon));
+  const std::optional<int> d = colon == std::string::npos ? std::nullopt : rank_count(std::string_view(spec).substr(colon + 1));
+  if (!p || !d)
+    return {0, 0, fmt::format("--disaggregate '{}': give P:D, the prefill and decode ranks, each a whole number of at least 1 "
+                              "(e.g. 1:1)", spec)};
+  DisaggregateSplit s{*p, *d, ""};
+  if ((int64_t)s.n_prefill + s.n_decode != n_ranks)
     return {0, 0, fmt::format("--disaggregate {}: {} + {} ranks, but this job has {}; start it as mpirun -np {} tandem serve ...",
-                              spec, s.n_prefill, s.n_decode, n_ranks, s.n_prefill + s.n_decode)};
-  if (s.n_decode != 1)
-    return {0, 0, fmt::format("--disaggregate {}: one decode rank for now (rank 0, beside the router); more decode "
-                              "ranks would need the router to forward tokens from them (not yet): use {}:1",
-                              spec, n_ranks - 1)};
+                              spec, s.n_prefill, s.n_decode, n_ranks, (int64_t)s.n_prefill + s.n_decode)};
   return s;
 }
 

@@ -3,13 +3,15 @@
 // compute-bound, decode reads bytes), and on shared cores each prefill chunk stalls every
 // decoding stream; on ranks of their own neither waits for the other.
 //
-// Roles (docs/serving.md): rank 0 takes HTTP, routes each request and decodes (DecodeRouter,
-// engine/decode_router.h, over the serving loop's Scheduler); ranks 1..P prefill
-// (PrefillRole, engine/prefill_role.h). A prefill rank computes a prompt in chunks and, after
-// each chunk, sends the blocks it finished (every layer's K,V of those positions, in the
-// pool's dtype) to rank 0 without waiting, so the transfer overlaps the next chunk; rank 0
-// receives them into blocks it reserved at admission and, with the prompt's last logits row,
-// admits the sequence as if it had prefilled it. Messages: engine/handoff_message.h; the
+// Roles (docs/distributed.md): rank 0 takes HTTP, routes each request and decodes
+// (DecodeRouter, engine/decode_router.h, over the serving loop's Scheduler); ranks 1..P
+// prefill (PrefillRole, engine/prefill_role.h); ranks P+1..P+D-1 decode too (DecodeRole,
+// engine/decode_role.h), streaming each step's tokens back to rank 0. A prefill rank computes
+// a prompt in chunks and, after each chunk, sends the blocks it finished (every layer's K,V of
+// those positions, in the pool's dtype) to the request's decode rank without waiting, so the
+// transfer overlaps the next chunk; the decode rank receives them into blocks it reserved
+// (engine/handoff_receiver.h) and, with the prompt's last logits row, admits the sequence as
+// if it had prefilled it. Messages: engine/handoff_message.h, engine/handoff_request.h; the
 // link: backend/peer_link.h (MPI point-to-point).
 #pragma once
 

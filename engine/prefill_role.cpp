@@ -14,7 +14,10 @@ PrefillRole::PrefillRole(Model& model, BlockPool& pool, PeerLink& link, Schedule
       opts_(o),
       router_(router),
       sched_(model, pool, [&] {
-        so.on_computed = [this](int64_t id, const BlockTable& kv, int64_t n) { send_blocks(id, kv, n); };
+        so.on_computed = [this, then = so.on_computed](int64_t id, const BlockTable& kv, int64_t n) {
+          send_blocks(id, kv, n);
+          if (then) then(id, kv, n);
+        };
         so.speculative = {};  // nothing is decoded here
         so.draft_model = {};
         return so;
@@ -41,7 +44,11 @@ Status PrefillRole::run() {
   for (;;) {
     while (auto raw = link_.receive(router_)) {
       heard_at_ = now();
-      if (auto m = HandoffMessage::decode(raw->bytes)) handle(*m);
+      auto m = HandoffMessage::decode(raw->bytes);
+      if (!m.ok())
+        return make_error("prefill rank {}: the router (rank {}) sent a message that does not parse ({})", link_.rank(), router_,
+                          m.error().message);
+      handle(m.value());
     }
     if (now() - heard_at_ > opts_.peer_timeout_s)
       return make_error("prefill rank {}: the router (rank {}) sent nothing for {:.0f} s: it died or stopped answering",
@@ -96,11 +103,12 @@ void PrefillRole::add(const HandoffMessage& m) {
     ended.kind = HandoffMessage::Kind::Ended;
     ended.id = m.id;
     ended.error = fmt::format("prefill rank {}: {}", link_.rank(), id.error().message);
-    link_.send(router_, ended.encode());
+    link_.send((int)m.peer, ended.encode());
+    if (m.peer != router_) link_.send(router_, ended.encode());
     return;
   }
   *local = id.value();
-  jobs_[id.value()] = Job{m.id, (int64_t)m.tokens.size(), m.first_block, 0, now(), -1};
+  jobs_[id.value()] = Job{m.id, (int)m.peer, (int64_t)m.tokens.size(), m.first_block, 0, now(), -1};
   local_of_[m.id] = id.value();
   queued_tokens_ += (int64_t)m.tokens.size();
 }
@@ -123,7 +131,11 @@ void PrefillRole::on_event(int64_t local_id, const SeqEvent& e) {
     m.kind = HandoffMessage::Kind::Ended;
     m.error = e.finish == FinishReason::Cancelled ? "" : fmt::format("prefill rank {}: {}", link_.rank(), e.error);
   }
-  link_.send(router_, m.encode());
+  link_.send(j.decode_rank, m.encode());
+  if (j.decode_rank != router_) {  // the router counts the rank's load and times the request
+    if (m.kind == HandoffMessage::Kind::Done) m.kind = HandoffMessage::Kind::Computed, m.logits.clear();
+    link_.send(router_, m.encode());
+  }
   queued_tokens_ -= j.n_prompt;
   local_of_.erase(j.router_id);
   jobs_.erase(it);
@@ -146,13 +158,13 @@ void PrefillRole::send_blocks(int64_t local_id, const BlockTable& kv, int64_t n_
   m.id = j.router_id;
   m.first_block = from;
   m.n_blocks = upto - from;
-  link_.send(router_, m.encode());
+  link_.send(j.decode_rank, m.encode());
   const std::vector<int32_t>& table = kv.tables()[0];
   for (int64_t k = from; k < upto; k++) {
     const int32_t b = table[(size_t)k];
     pool_.retain(b);
     const uint8_t* data = pool_.store().data + (size_t)b * pool_.block_bytes();
-    in_flight_.push_back({link_.send_payload(router_, data, pool_.block_bytes()), b});
+    in_flight_.push_back({link_.send_payload(j.decode_rank, data, pool_.block_bytes()), b});
     blocks_sent_++, bytes_sent_ += (int64_t)pool_.block_bytes();
   }
   j.next_block = upto;

@@ -1,6 +1,7 @@
 // A prefill rank of disaggregated serving (engine/disaggregation.h): a Scheduler of
 // prefill_only sequences (chunked prefill, its own prefix cache, fairness between tenants,
-// preemption) whose finished blocks stream to the router's decode rank after every pass.
+// preemption) whose finished blocks stream after every pass to the decode rank the router
+// chose for each request (rank 0, or another decode rank).
 #pragma once
 
 #include <atomic>
@@ -20,7 +21,8 @@ namespace tandem {
 
 class PrefillRole {
  public:
-  // `so` is the scheduler's (its on_computed is taken); the router is rank `router`.
+  // `so` is the scheduler's; its on_computed, if any, runs after each pass's blocks are sent
+  // (tests use it to kill a rank mid-request). The router is rank `router`.
   PrefillRole(Model& model, BlockPool& pool, PeerLink& link, SchedulerOptions so, const DisaggregationOptions& o,
               int router = 0);
   ~PrefillRole();
@@ -31,6 +33,7 @@ class PrefillRole {
  private:
   struct Job {  // one request on this rank
     int64_t router_id = 0;
+    int decode_rank = 0;  // where its blocks and last row go
     int64_t n_prompt = 0, skip_blocks = 0, next_block = 0;
     double added_at = 0, started_at = -1;
   };

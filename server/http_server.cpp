@@ -186,17 +186,18 @@ bool HttpServer::privileged(const HttpRequest& r) {
 }
 
 // Disaggregated serving: every role and whether it answers. Degraded (200) while a prefill rank
-// is up; 503 when none is (no prompt can be computed).
+// is up and some rank is down; 503 when no prefill rank is up (no prompt can be computed).
+// Rank 0 routes and decodes: while it answers, a decode rank is up.
 HttpResponse HttpServer::role_health(const RouterStats& routed) {
-  ojson roles = ojson::array({ojson{{"role", "router+decode"}, {"rank", 0}, {"up", true}}});
-  ojson down = ojson::array();
+  ojson roles = ojson::array(), down = ojson::array();
   bool any_up = false;
-  for (const PrefillRankState& p : routed.ranks) {
-    ojson role{{"role", "prefill"}, {"rank", p.rank}, {"up", p.up}};
-    if (!p.up) role["error"] = p.why_down, down.push_back(role);
-    any_up = any_up || p.up;
+  auto add = [&](const char* name, int rank, bool up, const std::string& why) {
+    ojson role{{"role", name}, {"rank", rank}, {"up", up}};
+    if (!up) role["error"] = why, down.push_back(role);
     roles.push_back(role);
-  }
+  };
+  for (const DecodeRankState& d : routed.decoders) add(d.rank == 0 ? "router+decode" : "decode", d.rank, d.up, d.why_down);
+  for (const PrefillRankState& p : routed.ranks) add("prefill", p.rank, p.up, p.why_down), any_up = any_up || p.up;
   const char* status = !any_up ? "unhealthy" : down.empty() ? "ok" : "degraded";
   return HttpResponse{any_up ? 200 : 503, "application/json",
                       dump_json(ojson{{"status", status}, {"roles", roles}, {"roles_down", down}}), {}, false};

@@ -1,6 +1,7 @@
 // /metrics of disaggregated serving (engine/disaggregation.h): TTFT split into its queue,
 // prefill and transfer parts, each request's KV transfer time, the KV bytes and blocks moved,
-// and every role's busy seconds and whether it is up.
+// and every role's busy seconds, blocks in use and whether it is up (each decode rank's as the
+// router last heard it).
 #include <fmt/format.h>
 
 #include "server/metrics.h"
@@ -51,8 +52,16 @@ void Metrics::render_disaggregation(std::string& o) const {
   o += h.stream.render("tandem_kv_transfer_seconds",
                        "Each request's KV transfer, first block announced to last landed (overlapping its prefill).");
   const RouterStats& r = h.router;
-  std::vector<std::pair<std::string, double>> busy{{role("decode", 0), h.decode_busy_s}}, up{{role("decode", 0), 1}}, sent, sent_bytes,
-      used;
+  std::vector<std::pair<std::string, double>> busy, up, sent, sent_bytes, used, received, received_bytes, handoffs, decoding;
+  for (const DecodeRankState& d : r.decoders) {
+    busy.emplace_back(role("decode", d.rank), d.rank == 0 ? h.decode_busy_s : d.busy_s);
+    up.emplace_back(role("decode", d.rank), d.up ? 1 : 0);
+    received.emplace_back(role("decode", d.rank), (double)d.blocks_received);
+    received_bytes.emplace_back(role("decode", d.rank), (double)d.bytes_received);
+    handoffs.emplace_back(role("decode", d.rank), (double)d.handoffs);
+    decoding.emplace_back(role("decode", d.rank), (double)d.requests);
+    used.emplace_back(role("decode", d.rank), (double)d.used_blocks);
+  }
   for (const PrefillRankState& p : r.ranks) {
     busy.emplace_back(role("prefill", p.rank), p.busy_s);
     up.emplace_back(role("prefill", p.rank), p.up ? 1 : 0);
@@ -62,15 +71,16 @@ void Metrics::render_disaggregation(std::string& o) const {
   }
   labelled(o, "tandem_role_busy_seconds", "counter", "Seconds each role's rank spent in forward passes.", busy);
   labelled(o, "tandem_role_up", "gauge", "1 while the role's rank answers, 0 once it is down.", up);
-  labelled(o, "tandem_kv_blocks_sent_total", "counter", "KV blocks each prefill rank sent to the decode rank.", sent);
-  labelled(o, "tandem_kv_bytes_sent_total", "counter", "KV bytes each prefill rank sent to the decode rank.", sent_bytes);
-  labelled(o, "tandem_prefill_kv_blocks_used", "gauge", "KV blocks each prefill rank's sequences hold.", used);
-  labelled(o, "tandem_kv_blocks_received_total", "counter", "KV blocks the decode rank received.", {{role("decode", 0), (double)r.blocks_received}});
-  labelled(o, "tandem_kv_bytes_received_total", "counter", "KV bytes the decode rank received.", {{role("decode", 0), (double)r.bytes_received}});
-  labelled(o, "tandem_kv_handoffs_total", "counter", "Requests handed from a prefill rank to the decode rank.", {{role("decode", 0), (double)r.handoffs}});
-  labelled(o, "tandem_handoff_failed_requests_total", "counter", "Requests failed because their prefill rank failed.",
-           {{role("decode", 0), (double)r.failed_requests}});
-  labelled(o, "tandem_handoffs_in_flight", "gauge", "Requests routed to a prefill rank and not yet decoding (and waiting for one).",
+  labelled(o, "tandem_kv_blocks_sent_total", "counter", "KV blocks each prefill rank sent to the decode ranks.", sent);
+  labelled(o, "tandem_kv_bytes_sent_total", "counter", "KV bytes each prefill rank sent to the decode ranks.", sent_bytes);
+  labelled(o, "tandem_role_kv_blocks_used", "gauge", "KV blocks each rank's sequences hold.", used);
+  labelled(o, "tandem_kv_blocks_received_total", "counter", "KV blocks each decode rank received.", received);
+  labelled(o, "tandem_kv_bytes_received_total", "counter", "KV bytes each decode rank received.", received_bytes);
+  labelled(o, "tandem_kv_handoffs_total", "counter", "Requests handed from a prefill rank to each decode rank.", handoffs);
+  labelled(o, "tandem_decode_rank_requests", "gauge", "Requests routed to each decode rank and not finished.", decoding);
+  labelled(o, "tandem_handoff_failed_requests_total", "counter", "Requests failed because a rank they were on failed.",
+           {{role("router", 0), (double)r.failed_requests}});
+  labelled(o, "tandem_handoffs_in_flight", "gauge", "Requests whose prompt is routed to a prefill rank and not yet computed (and waiting for one).",
            {{"state=\"in_flight\"", (double)r.in_flight}, {"state=\"waiting\"", (double)r.waiting}});
 }
 

@@ -144,6 +144,7 @@ void ServingLoop::run() {
     for (int64_t id : cancels)
       if (!router_ || !router_->cancel(id)) sched_.cancel(id);
     if (router_) router_->poll();  // K,V landed, hand-offs admitted, silent prefill ranks
+    if (abort && router_) router_->abort_all(*abort);  // prompts out at prefill ranks, requests on other decode ranks
     if (abort) sched_.abort_all(*abort);
     const int64_t before = sched_.stats().generated_tokens;
     // A failed pass finishes its sequences with an error event; one the backend keeps (a
