@@ -17,7 +17,7 @@ build=build-asan
 # MPI off too: the release build runs the tensor-parallel tests under mpirun (Open MPI's own
 # allocations would drown LeakSanitizer's reports).
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_SANITIZE=ON -DTANDEM_CUDA=OFF -DTANDEM_MPI=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target tandem tandem_tests tandem_backend_tests
+cmake --build "$build" -j"$(nproc)" --target tandem tandem_tests tandem_backend_tests tandem_handoff_tests
 
 logs="$PWD/$build/sanitizer-logs"
 rm -rf "$logs"
