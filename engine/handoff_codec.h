@@ -45,6 +45,14 @@ struct HandoffReader {
   std::span<const uint8_t> in;
   std::string error;  // empty while every field fitted
   bool ok() const { return error.empty(); }
+  // A bool travels as one byte: any value but 0 or 1 is refused (copying it into a bool would
+  // be undefined behaviour).
+  void pod(const char* name, bool& v) {
+    uint8_t b = 0;
+    pod(name, b);
+    if (ok() && b > 1) return fail(fmt::format("field '{}' is {}, not a bool", name, b));
+    v = b == 1;
+  }
   template <class T>
   void pod(const char* name, T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
