@@ -1,5 +1,6 @@
 #include "gguf/gguf_value.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -65,6 +66,15 @@ static T load(const uint8_t* p) {
   return v;
 }
 
+// A float read as an integer saturates (NaN reads as 0): a corrupt file's 1e38 must not be
+// undefined behaviour; the caller's range check refuses the value.
+static int64_t saturating_int64(double d) {
+  if (std::isnan(d)) return 0;
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  return (int64_t)d;
+}
+
 int64_t GgufArray::integer(uint64_t i) const {
   const uint8_t* p = raw + i * gguf_scalar_size(elem_type);
   switch (elem_type) {
@@ -77,8 +87,8 @@ int64_t GgufArray::integer(uint64_t i) const {
     case GgufType::INT32: return load<int32_t>(p);
     case GgufType::UINT64: return (int64_t)load<uint64_t>(p);
     case GgufType::INT64: return load<int64_t>(p);
-    case GgufType::FLOAT32: return (int64_t)load<float>(p);
-    case GgufType::FLOAT64: return (int64_t)load<double>(p);
+    case GgufType::FLOAT32: return saturating_int64(load<float>(p));
+    case GgufType::FLOAT64: return saturating_int64(load<double>(p));
     default: return 0;
   }
 }

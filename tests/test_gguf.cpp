@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "gguf/gguf_file.h"
@@ -65,6 +66,24 @@ TEST(Gguf, WrongTypeAccessIsAnError) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("expected an integer"), std::string::npos);
   EXPECT_FALSE(f.value()->get_uint("missing.key")->has_value());
+}
+
+// fuzz_gguf found it: a float array read as integers (token types) held -1.7e38, and the
+// conversion to int64 was undefined behaviour. Out-of-range floats saturate, NaN reads as 0,
+// so the caller's range check refuses them.
+TEST(Gguf, FloatElementsReadAsIntegersSaturate) {
+  GgufBuilder b;
+  b.kv_f32_array("a", {-1.7e38f, 1e38f, std::nanf(""), 6.9f, -3.5f});
+  const auto bytes = b.build();
+  auto f = GgufFile::from_bytes(bytes.data(), bytes.size());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const GgufArray* a = f.value()->get_array("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->integer(0), INT64_MIN);
+  EXPECT_EQ(a->integer(1), INT64_MAX);
+  EXPECT_EQ(a->integer(2), 0);
+  EXPECT_EQ(a->integer(3), 6);
+  EXPECT_EQ(a->integer(4), -3);
 }
 
 TEST(Gguf, EveryTruncationIsACleanError) {
