@@ -114,9 +114,11 @@ void BM_PackedFloatGemm(benchmark::State& st, Isa isa, int tokens) {
 
 // Decode's stream from memory: a 16-row-group matrix far larger than the caches (192k x 2048,
 // 216 MiB as Q4_0, 315 MiB as Q6_K) against one token, threads taking static halves, next to the bandwidth probe
-// run over the same number of bytes: the kernel's share of what the machine can read.
+// run over the same number of bytes: the kernel's share of what the machine can read. The
+// second argument, tokens: 16 is a serving step of 16 streams through a large output head
+// (each group against 8 tokens, then the next 8, as matmul's packed tiles call it).
 void BM_PackedStream(benchmark::State& st, DType t, Isa isa) {
-  const int threads = (int)st.range(0);
+  const int threads = (int)st.range(0), tokens = (int)st.range(1);
   constexpr int64_t kRows = 8192 * 24;
   std::mt19937 rng(5);
   const auto row = random_row(t, kCols, rng);
@@ -124,22 +126,27 @@ void BM_PackedStream(benchmark::State& st, DType t, Isa isa) {
   for (int64_t r = 0; r < kRows; r++) std::copy(row.begin(), row.end(), rows.begin() + r * (int64_t)row.size());
   const auto packed = pack_rows(t, rows.data(), kRows, kCols, row.size());
   const size_t gb = packed_group_bytes(t, kCols);
-  std::vector<float> x(kCols, 0.3f);
-  std::vector<BlockQ8Act> xq(kCols / 32);
-  kernels_for(isa).quantize_act(x.data(), xq.data(), kCols);
+  std::vector<float> x(kCols * tokens);
+  for (auto& e : x) e = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  const int64_t nb = kCols / 32;
+  std::vector<BlockQ8Act> xq(nb * tokens);
+  for (int tok = 0; tok < tokens; tok++) kernels_for(isa).quantize_act(x.data() + tok * kCols, xq.data() + tok * nb, kCols);
   const PackedGemmFn f = kernels_for(isa).packed(t);
-  std::vector<float> out(kRows);
+  std::vector<float> out(kRows * tokens);
   const int64_t groups = kRows / kPackRows;
   for (auto _ : st) {
 #pragma omp parallel num_threads(threads)
     {
       const int id = omp_get_thread_num(), nt = omp_get_num_threads();
       for (int64_t g = groups * id / nt; g < groups * (id + 1) / nt; g++)
-        f(packed.get() + g * gb, kCols, xq.data(), kCols / 32, 1, out.data() + g * kPackRows, kRows, kPackRows);
+        for (int tok = 0; tok < tokens; tok += kPackMaxTokens)
+          f(packed.get() + g * gb, kCols, xq.data() + tok * nb, nb, std::min(kPackMaxTokens, tokens - tok),
+            out.data() + tok * kRows + g * kPackRows, kRows, kPackRows);
     }
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(st.iterations() * (int64_t)rows.size());
+  st.SetItemsProcessed(st.iterations() * kRows * kCols * tokens);  // multiply-adds
   st.counters["probe_GB/s"] = measure_read_bandwidth(threads, rows.size(), 3).best / 1e9;
 }
 
@@ -280,7 +287,7 @@ int register_all() {
         benchmark::RegisterBenchmark(("packed_16x1/" + name + at).c_str(), BM_PackedGemm, t, isa, 1);
         if (t == DType::Q4_0 || t == DType::Q6_K || t == DType::MXFP4)
           benchmark::RegisterBenchmark(("packed_stream/" + name + at).c_str(), BM_PackedStream, t, isa)
-              ->Arg(1)->Arg(2)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+              ->Args({1, 1})->Args({2, 1})->Args({1, 16})->Args({2, 16})->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
       }
     }
     for (DType t : {DType::F16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q6_K, DType::MXFP4})
