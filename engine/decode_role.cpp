@@ -33,11 +33,7 @@ double DecodeRole::now() const {
 }
 
 Status DecodeRole::run() {
-  HandoffMessage hello;
-  hello.kind = HandoffMessage::Kind::Hello;
-  hello.block_bytes = (int64_t)pool_.block_bytes();
-  hello.total_blocks = pool_.n_blocks();
-  link_.send(router_, hello.encode());
+  link_.send(router_, HandoffMessage::hello((int64_t)pool_.block_bytes(), pool_.n_blocks()).encode());
   heard_at_ = now();
   int idle_polls = 0;
   for (;;) {

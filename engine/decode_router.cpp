@@ -102,25 +102,32 @@ void DecodeRouter::poll() {
   publish_stats();
 }
 
-void DecodeRouter::receive_from(Rank& r) {
-  while (auto raw = link_.receive(r.state.rank)) {
-    r.heard_at = now();
+template <class Peer>
+void DecodeRouter::receive_from(Peer& p) {
+  while (auto raw = link_.receive(p.state.rank)) {
+    p.heard_at = now();
     auto m = HandoffMessage::decode(raw->bytes);
-    if (!m.ok()) return mark_down(r, fmt::format("prefill rank {} sent a message that does not parse ({})", r.state.rank, m.error().message));
-    handle(r, m.value());
-    if (!r.state.up) return;
+    if (!m.ok())
+      return mark_down(p, fmt::format("{} rank {} sent a message that does not parse ({})", role_of(p), p.state.rank,
+                                      m.error().message));
+    handle(p, m.value());
+    if (!p.state.up) return;
   }
 }
+
+template <class Peer>
+void DecodeRouter::check_hello(Peer& p, const HandoffMessage& m) {
+  p.state.total_blocks = m.total_blocks;
+  if (m.block_bytes != (int64_t)pool_.block_bytes())
+    mark_down(p, fmt::format("{} rank {}'s KV blocks are {} bytes, rank 0's {}: start every rank with the same "
+                             "--kv-dtype and --block-tokens", role_of(p), p.state.rank, m.block_bytes, pool_.block_bytes()));
+}
+template void DecodeRouter::check_hello(Decoder&, const HandoffMessage&);  // decode_router_remote.cpp's
 
 void DecodeRouter::handle(Rank& r, const HandoffMessage& m) {
   using K = HandoffMessage::Kind;
   switch (m.kind) {
-    case K::Hello:
-      r.state.total_blocks = m.total_blocks;
-      if (m.block_bytes != (int64_t)pool_.block_bytes())
-        mark_down(r, fmt::format("prefill rank {}'s KV blocks are {} bytes, this decode rank's {}: start every rank with "
-                                 "the same --kv-dtype and --block-tokens", r.state.rank, m.block_bytes, pool_.block_bytes()));
-      return;
+    case K::Hello: return check_hello(r, m);
     case K::Heartbeat:
       r.state.used_blocks = m.used_blocks, r.state.total_blocks = m.total_blocks, r.state.queued_tokens = m.queued_tokens;
       r.state.blocks_sent = m.blocks_sent, r.state.bytes_sent = m.bytes_sent, r.state.busy_s = m.busy_s;

@@ -109,8 +109,16 @@ class DecodeRouter {
     std::string cache_scope, tenant;
   };
 
+  // Either kind of peer: drains its messages into handle(), marking it down on one that does
+  // not parse; and a Hello's check that its blocks are the size of this rank's.
+  template <class Peer>
+  void receive_from(Peer& p);
+  template <class Peer>
+  void check_hello(Peer& p, const HandoffMessage& m);
+  static const char* role_of(const Rank&) { return "prefill"; }
+  static const char* role_of(const Decoder&) { return "decode"; }
+
   // Prefill ranks (decode_router.cpp).
-  void receive_from(Rank& r);
   void handle(Rank& r, const HandoffMessage& m);
   void prompt_done(int64_t id, int prefill_rank);
   void check_silence();
@@ -124,7 +132,6 @@ class DecodeRouter {
   // Decode ranks other than 0 (decode_router_remote.cpp).
   int choose_decoder();
   void route_remote(std::unique_ptr<Scheduler::Seq> s, Decoder& d);
-  void receive_from(Decoder& d);
   void handle(Decoder& d, const HandoffMessage& m);
   void on_reserved(Decoder& d, const HandoffMessage& m);
   void on_events(Decoder& d, const HandoffMessage& m);

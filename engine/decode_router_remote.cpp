@@ -71,25 +71,10 @@ void DecodeRouter::route_remote(std::unique_ptr<Scheduler::Seq> s, Decoder& d) {
   // The prepared sequence was only the check and the id: the decode rank makes its own.
 }
 
-void DecodeRouter::receive_from(Decoder& d) {
-  while (auto raw = link_.receive(d.state.rank)) {
-    d.heard_at = now();
-    auto m = HandoffMessage::decode(raw->bytes);
-    if (!m.ok()) return mark_down(d, fmt::format("decode rank {} sent a message that does not parse ({})", d.state.rank, m.error().message));
-    handle(d, m.value());
-    if (!d.state.up) return;
-  }
-}
-
 void DecodeRouter::handle(Decoder& d, const HandoffMessage& m) {
   using K = HandoffMessage::Kind;
   switch (m.kind) {
-    case K::Hello:
-      d.state.total_blocks = m.total_blocks;
-      if (m.block_bytes != (int64_t)pool_.block_bytes())
-        mark_down(d, fmt::format("decode rank {}'s KV blocks are {} bytes, rank 0's {}: start every rank with the same "
-                                 "--kv-dtype and --block-tokens", d.state.rank, m.block_bytes, pool_.block_bytes()));
-      return;
+    case K::Hello: return check_hello(d, m);
     case K::Heartbeat:
       d.state.used_blocks = m.used_blocks, d.state.total_blocks = m.total_blocks, d.state.busy_s = m.busy_s;
       d.state.blocks_received = m.blocks_sent, d.state.bytes_received = m.bytes_sent, d.state.handoffs = m.handoffs;

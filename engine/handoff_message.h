@@ -66,6 +66,12 @@ struct HandoffMessage {
   std::vector<uint8_t> encode() const;
   // The message in `bytes`, or why they are not one.
   static Result<HandoffMessage> decode(std::span<const uint8_t> bytes);
+  // What a prefill or decode rank sends the router first: its KV blocks' size and count.
+  static HandoffMessage hello(int64_t block_bytes, int64_t total_blocks) {
+    HandoffMessage m;
+    m.kind = Kind::Hello, m.block_bytes = block_bytes, m.total_blocks = total_blocks;
+    return m;
+  }
 };
 
 }  // namespace tandem

@@ -473,9 +473,14 @@ def attack_unread_answers(srv):
             time.sleep(float(h.get("retry-after", "1")))
     dt = time.time() - t
     check(st == 200 and dt < COMPLETION_BOUND_S, f"unread answers: a completion meanwhile {tries} in {dt:.2f} s")
-    busy = retry_after = 0
+    # Every client hears back: a 503 with Retry-After while the budget is spent, or its answer
+    # (made once the budget had room, stalled clients being cut off). How many get which depends
+    # on how fast this machine makes 21 MB answers (a fast idle host: 40-50 of 60 get the 503; a
+    # loaded CI host 12), so the bound itself is checked by RSS below, not by the count.
+    busy = retry_after = answered = 0
+    deadline = time.time() + 30
     for s in socks:
-        s.settimeout(2)
+        s.settimeout(max(0.1, deadline - time.time()))
         try:
             head = s.recv(4096)
         except (socket.timeout, OSError):
@@ -483,9 +488,13 @@ def attack_unread_answers(srv):
         if head.startswith(b"HTTP/1.1 503"):
             busy += 1
             retry_after += b"\r\nRetry-After: " in head
+        elif head.startswith(b"HTTP/1.1 200"):
+            answered += 1
     sampling.set()
     grew = peak[0] - rss_before
-    check(busy >= 30 and retry_after == busy, f"unread answers: {busy} of 60 got a quick 503 ({retry_after} with Retry-After)")
+    check(busy >= 1 and retry_after == busy and busy + answered == 60,
+          f"unread answers: every client heard back: {busy} of 60 a 503 ({retry_after} with Retry-After), {answered} "
+          f"their answer, {60 - busy - answered} nothing in 30 s")
     scale = srv.rss_bound_mb / RSS_GROWTH_BOUND_MB  # ASan
     check(grew < 700 * scale, f"unread answers: RSS grew {grew:.0f} MB at most ({rss_before:.0f} -> {peak[0]:.0f} MB; "
                       f"bounded by the 256 MiB budget, the bodies and the answers being made; 60 x 21 MB unbounded)")
