@@ -320,6 +320,8 @@ int register_all() {
           ->Args({4608, 1})->Args({4608, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark((name + "/llama1b").c_str(), BM_AttentionPrefill, isa, kv, AttentionShape{32, 8, 64})
           ->Args({4608, 1})->Args({4608, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark((name + "/gemma3_hd256").c_str(), BM_AttentionPrefill, isa, kv, AttentionShape{4, 1, 256})
+          ->Args({4608, 2})->UseRealTime()->Unit(benchmark::kMillisecond);
     }
     benchmark::RegisterBenchmark(("quantize_kv_row/Q8_0" + at).c_str(), BM_QuantizeKvRow, isa);
   }

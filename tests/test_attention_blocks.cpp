@@ -98,7 +98,7 @@ TEST(Kernels, BlockedAttentionEqualsEachRowAloneAcrossSequences) {
   add(0, 490, 30), add(1, 5, 7), add(0, 520, 20), add(2, 800, 5);
   const int64_t n_ctx[3] = {540, 12, 805};
   const int64_t n_q = (int64_t)seq.size();
-  for (const Shape sh : {Shape{6, 2, 64}, Shape{8, 2, 128}})
+  for (const Shape sh : {Shape{6, 2, 64}, Shape{8, 2, 128}, Shape{4, 1, 256}})
     for (int64_t window : {int64_t{0}, int64_t{300}})
       for (bool sinks : {false, true})
         for (DType kv_type : {DType::F32, DType::F16, DType::Q8_0}) {
